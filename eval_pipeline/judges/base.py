@@ -1,0 +1,75 @@
+"""The judge protocol: what every provider receives and must return.
+
+A provider only turns a :class:`JudgeRequest` into a :class:`JudgeReply` or raises
+:class:`JudgeError`. Validation, context chaining, caching and the failed-row policy live
+in the runner, once, so no provider can invent a score.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+EVAL_KIND_CLIP = "clip_rubric"
+
+
+class ClipView(BaseModel):
+    """The structured clip fields a non-LLM judge (the heuristic) needs."""
+
+    content: str
+    thought: str = ""
+    tool_call: str = ""
+    tool_name: str | None = None
+    action_input: str = ""
+    result: str = ""
+    has_answer: bool = False
+    answer: str = ""
+    earlier_calls: list[str] = Field(
+        default_factory=list, description="tool_name + input of earlier calls in the trajectory"
+    )
+
+
+class JudgeRequest(BaseModel):
+    trajectory_id: str
+    clip_index: int
+    evaluation_kind: str = EVAL_KIND_CLIP
+    tool_type: str
+    metrics: list[str]
+    task_description: str
+    previous_context: str
+    clip: ClipView
+    system_prompt: str
+    user_prompt: str
+    template_version: str
+
+
+class JudgeReply(BaseModel):
+    """A provider's answer before validation against the rubric."""
+
+    scores: dict[str, Any]
+    summary: str = ""
+    reasoning: str = ""
+    label: str | None = None
+    raw_response: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+
+class JudgeError(Exception):
+    """A provider call that failed for good; ``raw_response`` keeps what came back, if any."""
+
+    def __init__(self, message: str, raw_response: str = "", retryable: bool = False):
+        super().__init__(message)
+        self.raw_response = raw_response
+        self.retryable = retryable
+
+
+class Judge(Protocol):
+    name: str
+    provider: str
+    model: str
+
+    async def score(self, request: JudgeRequest) -> JudgeReply: ...
+
+    async def aclose(self) -> None: ...

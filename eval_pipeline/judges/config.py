@@ -1,0 +1,79 @@
+"""The judges file: a YAML list under ``judges:`` of judge configurations.
+
+A judge is configured, not coded. Keys are never in this file, only the *name* of the
+environment variable that holds one (``api_key_env``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Provider = Literal["heuristic", "openai", "openai_compatible", "anthropic"]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class JudgeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Asset-safe name: lower case, digits, underscores.")
+    provider: Provider = "heuristic"
+    model: str = "heuristic-v1"
+    base_url: str | None = None
+    api_key_env: str | None = Field(
+        default=None, description="Name of the environment variable holding the API key."
+    )
+    preset: str | None = Field(
+        default=None, description="openai_compatible preset: deepseek, kimi, gemini, vllm ..."
+    )
+    temperature: float = 0.1
+    max_tokens: int = 2000
+    timeout_s: float = 60.0
+    max_retries: int = 4
+    concurrency: int = Field(default=4, ge=1)
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    input_price_per_mtok: float | None = Field(
+        default=None, description="USD per million input tokens; None uses the preset default."
+    )
+    output_price_per_mtok: float | None = None
+    budget_usd: float | None = Field(default=None, description="Stop issuing calls past this.")
+
+    @field_validator("name")
+    @classmethod
+    def _asset_safe(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(
+                f"judge name {value!r} must match {_NAME.pattern} (it becomes an asset key)"
+            )
+        return value
+
+
+class JudgesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    judges: list[JudgeConfig] = Field(min_length=1)
+
+    @field_validator("judges")
+    @classmethod
+    def _unique(cls, judges: list[JudgeConfig]) -> list[JudgeConfig]:
+        names = [j.name for j in judges]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate judge names: {dupes}")
+        return judges
+
+
+DEFAULT_JUDGES = [JudgeConfig(name="heuristic")]
+
+
+def load_judges(path: str | Path | None) -> list[JudgeConfig]:
+    if path is None:
+        return list(DEFAULT_JUDGES)
+    data = yaml.safe_load(Path(path).read_text("utf-8"))
+    return JudgesFile.model_validate(data).judges

@@ -1,0 +1,111 @@
+"""Canonical data contracts shared by every stage.
+
+Every input format is parsed into a :class:`Trajectory` whose ``steps`` carry character
+offsets into one rendered ``raw_response`` text. Clip segmentation, tag repair and the
+embedded ``<clip_evaluation>`` output all work on those offsets, so a new format only has
+to produce steps; nothing downstream knows where a trajectory came from.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+StepKind = Literal["thought", "tool_call", "tool_result", "answer", "text", "user", "system"]
+
+FINAL_TOOL_TYPE = "final"
+GENERIC_TOOL_TYPE = "generic"
+
+
+class Step(BaseModel):
+    """One canonical step of a trajectory, located in the trajectory's ``raw_response``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: StepKind
+    content: str = Field(description="The step's text (for a tool call: the call's full text).")
+    start: int = Field(ge=0, description="Char offset of the step's first char in raw_response.")
+    end: int = Field(ge=0, description="Char offset one past the step's last char.")
+    tool_name: str | None = Field(
+        default=None, description="The concrete tool or action, e.g. 'microsandbox_execute'."
+    )
+    tool_type: str | None = Field(
+        default=None, description="Rubric family from the tool registry, e.g. 'microsandbox'."
+    )
+    tool_input: str | None = Field(
+        default=None, description="The call's parameters as text (JSON where the source has it)."
+    )
+    tool_call_id: str | None = None
+    label: float | None = Field(default=None, description="A per-step label the source carries.")
+
+
+class Trajectory(BaseModel):
+    """One agent run in canonical form: the row contract of ``raw_trajectories``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trajectory_id: str
+    batch: str
+    source_file: str
+    source_line: int = Field(description="1-based line (or record index) in the source file.")
+    source_format: str
+    task_id: str
+    task_description: str
+    raw_response: str
+    steps: list[Step]
+    success: bool | None = None
+    final_result: str | None = None
+    duration: float | None = None
+    timestamp: str | None = None
+    expected_tools: list[str] | None = None
+    expected_calls: list[dict[str, Any]] | None = None
+    reward: float | None = None
+    final_label: float | None = None
+    agent_version: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def to_row(self) -> dict[str, Any]:
+        """Flatten to a Parquet-friendly row: nested values become JSON strings."""
+        row = self.model_dump(exclude={"steps", "extra", "expected_tools", "expected_calls"})
+        row["steps"] = json.dumps([s.model_dump() for s in self.steps], ensure_ascii=False)
+        row["extra"] = json.dumps(self.extra, ensure_ascii=False, default=str)
+        row["expected_tools"] = (
+            json.dumps(self.expected_tools) if self.expected_tools is not None else None
+        )
+        row["expected_calls"] = (
+            json.dumps(self.expected_calls, ensure_ascii=False, default=str)
+            if self.expected_calls is not None
+            else None
+        )
+        return row
+
+
+class QuarantinedRecord(BaseModel):
+    """An input record that could not become a trajectory; kept so nothing disappears."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch: str
+    source_file: str
+    source_line: int
+    source_format: str | None
+    reason: str
+    error: str
+    excerpt: str = Field(description="A bounded excerpt of the offending record.")
+
+
+class ParseResult(BaseModel):
+    """What a format parser returns for one file: every record lands in exactly one list."""
+
+    trajectories: list[Trajectory] = Field(default_factory=list)
+    quarantined: list[QuarantinedRecord] = Field(default_factory=list)
+
+    @property
+    def records_read(self) -> int:
+        return len(self.trajectories) + len(self.quarantined)
+
+
+def steps_from_json(text: str) -> list[Step]:
+    return [Step.model_validate(s) for s in json.loads(text)]
