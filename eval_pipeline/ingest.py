@@ -1,0 +1,146 @@
+"""Batch-level table builders: file -> raw table -> preprocessed table -> clips.
+
+Plain functions over DataFrames so the Dagster assets stay thin and the same code runs in
+tests, the CLI and the UI.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from eval_pipeline.clips import Clip, segment
+from eval_pipeline.formats import parse_file
+from eval_pipeline.formats.xml_tags import FORMAT_NAME as XML_FORMAT
+from eval_pipeline.formats.xml_tags import parse_xml_response
+from eval_pipeline.judges.base import ClipView
+from eval_pipeline.judges.runner import ClipTask
+from eval_pipeline.models import QuarantinedRecord, Step, Trajectory, steps_from_json
+from eval_pipeline.preprocess import PreprocessConfig, PreprocessStats, preprocess_one, summarize
+from eval_pipeline.splitting import BatchManifest
+from eval_pipeline.tool_registry import ToolRegistry
+
+RAW_COLUMNS = list(Trajectory.model_fields)
+QUARANTINE_COLUMNS = list(QuarantinedRecord.model_fields)
+REPORT_COLUMNS = [
+    "trajectory_id", "batch", "task_id", "source_file", "source_line", "reason", "detail",
+    "tool_call_count", "duplicate_calls",
+]
+PREPROCESSED_EXTRA = [
+    "tool_call_count", "has_duplicates", "format_corrected", "preprocessing_flags",
+    "preprocessing_metadata",
+]
+CLIP_COLUMNS = ["trajectory_id", "batch", "task_id", *Clip.model_fields]
+
+
+def read_batch(path: Path, manifest: BatchManifest | None, batch: str,
+               registry: ToolRegistry, format_name: str | None = None
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Parse a batch file; line numbers and file names point back at the user's drop."""
+    source_file = Path(manifest.drop_file).name if manifest else path.name
+    parsed = parse_file(path, batch, format_name=format_name, registry=registry,
+                        source_file=source_file)
+    lines = manifest.lines if manifest else None
+
+    def original(line: int) -> int:
+        return lines[line - 1] if lines and 0 < line <= len(lines) else line
+
+    raw = [t.model_copy(update={"source_line": original(t.source_line)}).to_row()
+           for t in parsed.trajectories]
+    quarantined = [q.model_copy(update={"source_line": original(q.source_line)}).model_dump()
+                   for q in parsed.quarantined]
+    return (pd.DataFrame(raw, columns=list(Trajectory.model_fields)),
+            pd.DataFrame(quarantined, columns=QUARANTINE_COLUMNS))
+
+
+def _row_to_trajectory(row: dict) -> Trajectory:
+    data = dict(row)
+    data["steps"] = steps_from_json(row["steps"])
+    data["extra"] = json.loads(row["extra"]) if row.get("extra") else {}
+    for key in ("expected_tools", "expected_calls"):
+        data[key] = json.loads(row[key]) if isinstance(row.get(key), str) else None
+    clean = {k: (None if isinstance(v, float) and pd.isna(v) else v) for k, v in data.items()
+             if k in Trajectory.model_fields}
+    return Trajectory.model_validate(clean)
+
+
+def _reparser(source_format: str, registry: ToolRegistry) -> Callable[[str], list[Step]] | None:
+    if source_format == XML_FORMAT:
+        return lambda text: parse_xml_response(text, registry)
+    return None
+
+
+def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: ToolRegistry
+                     ) -> tuple[pd.DataFrame, pd.DataFrame, PreprocessStats]:
+    outcomes = [
+        preprocess_one(t, config, registry, _reparser(t.source_format, registry))
+        for t in (_row_to_trajectory(r) for r in raw.to_dict("records"))
+    ]
+    kept_rows, removed_rows = [], []
+    for o in outcomes:
+        if o.kept:
+            row = o.trajectory.to_row()
+            row.update({
+                "tool_call_count": o.tool_call_count,
+                "has_duplicates": o.has_duplicates,
+                "format_corrected": o.format_corrected,
+                "preprocessing_flags": json.dumps(o.flags),
+                "preprocessing_metadata": json.dumps({
+                    "tool_call_count": o.tool_call_count,
+                    "has_duplicates": o.has_duplicates,
+                    "format_corrected": o.format_corrected,
+                    "format_fixes": o.format_fixes,
+                    "flags": o.flags,
+                    "tag_analysis": o.tag_analysis,
+                }, ensure_ascii=False),
+            })
+            kept_rows.append(row)
+        else:
+            t = o.trajectory
+            removed_rows.append({
+                "trajectory_id": t.trajectory_id, "batch": t.batch, "task_id": t.task_id,
+                "source_file": t.source_file, "source_line": t.source_line,
+                "reason": o.removal_reason, "detail": "; ".join(o.flags),
+                "tool_call_count": o.tool_call_count,
+                "duplicate_calls": json.dumps(o.duplicate_calls, ensure_ascii=False),
+            })
+    kept = pd.DataFrame(kept_rows, columns=list(Trajectory.model_fields) + PREPROCESSED_EXTRA)
+    return kept, pd.DataFrame(removed_rows, columns=REPORT_COLUMNS), summarize(outcomes)
+
+
+def clips_table(preprocessed: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for traj in preprocessed.to_dict("records"):
+        for clip in segment(traj["raw_response"], steps_from_json(traj["steps"])):
+            rows.append({"trajectory_id": traj["trajectory_id"], "batch": traj["batch"],
+                         "task_id": traj["task_id"], **clip.model_dump()})
+    return pd.DataFrame(rows, columns=CLIP_COLUMNS)
+
+
+def _none_if_na(value: object) -> object:
+    return None if value is None or (isinstance(value, float) and pd.isna(value)) else value
+
+
+def clip_tasks(clips: pd.DataFrame, preprocessed: pd.DataFrame) -> list[ClipTask]:
+    """Judge inputs, each clip knowing the calls made before it in its trajectory."""
+    tasks_by_tid = dict(zip(preprocessed["trajectory_id"], preprocessed["task_description"],
+                            strict=True))
+    tasks: list[ClipTask] = []
+    for tid, group in clips.groupby("trajectory_id", sort=False):
+        earlier: list[str] = []
+        for clip in group.sort_values("clip_index").to_dict("records"):
+            view = ClipView(
+                content=clip["content"], thought=clip["thought"], tool_call=clip["tool_call"],
+                tool_name=_none_if_na(clip["tool_name"]), action_input=clip["action_input"],
+                result=clip["result"], has_answer=bool(clip["has_answer"]),
+                answer=clip["answer"], earlier_calls=list(earlier),
+            )
+            tasks.append(ClipTask(trajectory_id=tid, clip_index=int(clip["clip_index"]),
+                                  tool_type=clip["tool_type"],
+                                  task_description=tasks_by_tid.get(tid, ""), clip=view))
+            if clip["tool_call"]:
+                earlier.append(f"{clip['tool_name']}:{' '.join(clip['action_input'].split())}")
+    return tasks

@@ -1,0 +1,97 @@
+"""Split a drop into batch files, with the original tool's naming.
+
+``demo02.jsonl`` with 97 records and split size 10 becomes ``demo0201.jsonl`` ...
+``demo0210.jsonl`` (the last holding 7). Each batch gets a manifest that maps its lines back
+to the drop's lines, so a quarantined record still names the line the user can open.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+from pydantic import BaseModel
+
+LINE_SPLIT_SUFFIXES = {".jsonl", ".ndjson"}
+MANIFEST_SUFFIX = ".manifest.json"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+class BatchManifest(BaseModel):
+    partition_key: str
+    drop_file: str
+    batch_file: str
+    """File name of the batch, beside its manifest."""
+    lines: list[int] | None = None
+    """Drop line of each batch line (1-based); None when the batch is a whole-file copy."""
+    fingerprint: str
+
+
+def partition_key_for(stem: str) -> str:
+    """Partition keys stay safe for file names and asset paths (no dots, no spaces)."""
+    key = _UNSAFE.sub("_", stem).strip("_")
+    return key or "drop"
+
+
+def drop_fingerprint(path: Path) -> str:
+    stat = path.stat()
+    return f"{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def split_drop(drop: Path, batches_dir: Path, split_size: int) -> list[BatchManifest]:
+    """Write the batch files of one drop and return their manifests, in order.
+
+    Line-oriented files are split by non-blank lines (each a record, parseable or not);
+    other formats are one batch holding a copy of the whole file.
+    """
+    if split_size < 1:
+        raise ValueError(f"split_size must be at least 1, got {split_size}")
+    base = partition_key_for(drop.stem)
+    out_dir = batches_dir / base
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    fingerprint = drop_fingerprint(drop)
+    manifests: list[BatchManifest] = []
+
+    if drop.suffix.lower() not in LINE_SPLIT_SUFFIXES:
+        key = f"{base}01"
+        target = out_dir / f"{key}{drop.suffix.lower()}"
+        shutil.copyfile(drop, target)
+        manifests.append(BatchManifest(partition_key=key, drop_file=str(drop),
+                                       batch_file=target.name, fingerprint=fingerprint))
+    else:
+        records: list[tuple[int, bytes]] = []
+        with drop.open("rb") as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                if raw.strip():
+                    records.append((lineno, raw if raw.endswith(b"\n") else raw + b"\n"))
+        for i in range(max(1, math.ceil(len(records) / split_size))):
+            chunk = records[i * split_size:(i + 1) * split_size]
+            key = f"{base}{i + 1:02d}"
+            target = out_dir / f"{key}.jsonl"
+            with target.open("wb") as fh:
+                fh.writelines(raw for _, raw in chunk)
+            manifests.append(BatchManifest(partition_key=key, drop_file=str(drop),
+                                           batch_file=target.name,
+                                           lines=[n for n, _ in chunk],
+                                           fingerprint=fingerprint))
+    for manifest in manifests:
+        (out_dir / (manifest.batch_file + MANIFEST_SUFFIX)).write_text(
+            manifest.model_dump_json(indent=2), "utf-8"
+        )
+    return manifests
+
+
+def find_batch(batches_dir: Path, partition_key: str) -> tuple[Path, BatchManifest]:
+    """Locate a partition's batch file through its manifest."""
+    matches = sorted(batches_dir.glob(f"*/{partition_key}.*{MANIFEST_SUFFIX}"))
+    if not matches:
+        raise FileNotFoundError(
+            f"no batch file for partition {partition_key!r} under {batches_dir}"
+        )
+    manifest = BatchManifest.model_validate(json.loads(matches[0].read_text("utf-8")))
+    return matches[0].parent / manifest.batch_file, manifest
