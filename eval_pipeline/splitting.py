@@ -95,3 +95,16 @@ def find_batch(batches_dir: Path, partition_key: str) -> tuple[Path, BatchManife
         )
     manifest = BatchManifest.model_validate(json.loads(matches[0].read_text("utf-8")))
     return matches[0].parent / manifest.batch_file, manifest
+
+
+DROP_SUFFIXES = {".jsonl", ".ndjson", ".json", ".txt", ".traj", ".parquet"}
+
+
+def list_drops(incoming_dir: Path) -> list[Path]:
+    """Files ready to process: known suffixes, not hidden, not still being written."""
+    if not incoming_dir.is_dir():
+        return []
+    return sorted(
+        p for p in incoming_dir.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in DROP_SUFFIXES
+    )

@@ -1,0 +1,1 @@
+"""Dagster assets. Each is thin: it calls the domain modules and attaches metadata."""

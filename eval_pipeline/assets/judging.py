@@ -1,0 +1,127 @@
+"""One judgments asset per configured judge, and the average over them.
+
+An asset factory over the judges file: each judge is its own node in the UI, and its
+code_version hashes the judge's configuration and the prompt templates, so changing one
+judge's model or a rubric makes exactly the affected branch stale.
+"""
+
+
+import hashlib
+import json
+from collections.abc import Sequence
+
+import dagster as dg
+import pandas as pd
+
+from eval_pipeline import ingest
+from eval_pipeline.assets.metadata import metric_means, preview
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.judges.runner import JudgmentRow, run_judge
+from eval_pipeline.partitions import batches_partitions_def
+from eval_pipeline.rubrics import templates_version
+from eval_pipeline.scoring import average_judgments
+
+JUDGING_GROUP = "judging"
+JUDGE_POOL = "judge_api"
+JUDGMENT_COLUMNS = list(JudgmentRow.model_fields)
+# Fields that change the answer a judge gives; limits and prices do not.
+_ANSWER_SHAPING = ("provider", "model", "base_url", "preset", "temperature", "max_tokens")
+
+
+def judge_code_version(config: JudgeConfig) -> str:
+    shaping = config.model_dump_json(include=set(_ANSWER_SHAPING))
+    return hashlib.sha256((shaping + templates_version()).encode()).hexdigest()[:12]
+
+
+def judgment_asset_key(config: JudgeConfig) -> dg.AssetKey:
+    return dg.AssetKey(["judgments", config.name])
+
+
+def resource_key(config: JudgeConfig) -> str:
+    return f"judge_{config.name}"
+
+
+def build_judgment_asset(config: JudgeConfig) -> dg.AssetsDefinition:
+    key = resource_key(config)
+
+    @dg.asset(
+        name=config.name,
+        key_prefix=["judgments"],
+        partitions_def=batches_partitions_def,
+        group_name=JUDGING_GROUP,
+        kinds={"pandas", "parquet", "heuristic" if config.provider == "heuristic" else "openai"
+               if config.provider.startswith("openai") else "anthropic"},
+        code_version=judge_code_version(config),
+        required_resource_keys={key},
+        pool=None if config.provider == "heuristic" else JUDGE_POOL,
+        description=f"Clip scores from judge '{config.name}' ({config.provider}, "
+        f"{config.model}) on the rubric of each clip's tool type.",
+        check_specs=[dg.AssetCheckSpec("scores_in_unit_interval",
+                                       asset=dg.AssetKey(["judgments", config.name]))],
+    )
+    async def _judgments(context: dg.AssetExecutionContext, clips: pd.DataFrame,
+                         preprocessed_trajectories: pd.DataFrame):
+        judge = getattr(context.resources, key).build()
+        tasks = ingest.clip_tasks(clips, preprocessed_trajectories)
+        rows = await run_judge(judge, tasks, concurrency=config.concurrency)
+        table = pd.DataFrame([r.model_dump() for r in rows], columns=JUDGMENT_COLUMNS)
+        status = table["status"].value_counts().to_dict() if len(table) else {}
+        ok = table[table["status"] == "ok"]
+        means = metric_means(ok["scores"])
+        bad = [
+            (r.trajectory_id, r.clip_index) for r in rows if r.status == "ok"
+            and any(not 0.0 <= v <= 1.0 for v in json.loads(r.scores).values())
+        ]
+        yield dg.Output(table, metadata={
+            "judge": config.name,
+            "provider": config.provider,
+            "model": config.model,
+            "template_version": templates_version(),
+            "rows": len(table),
+            "ok": int(status.get("ok", 0)),
+            "failed": int(status.get("failed", 0)),
+            "skipped": int(status.get("skipped", 0)),
+            "cached": int(table["cached"].sum()) if len(table) else 0,
+            "tokens_in": int(table["tokens_in"].sum()) if len(table) else 0,
+            "tokens_out": int(table["tokens_out"].sum()) if len(table) else 0,
+            "cost_usd": dg.MetadataValue.float(round(float(table["cost_usd"].sum()), 6)
+                                               if len(table) else 0.0),
+            "metric_means": dg.MetadataValue.json(means),
+            "preview": preview(table, ["clip_index", "tool_type", "status", "scores",
+                                       "summary", "error"]),
+        })
+        yield dg.AssetCheckResult(passed=not bad, metadata={"out_of_range": len(bad)})
+
+    return _judgments
+
+
+def build_averaged_scores_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition:
+    ins = {f"judgments_{c.name}": dg.AssetIn(key=judgment_asset_key(c)) for c in configs}
+    names = {f"judgments_{c.name}": c.name for c in configs}
+
+    @dg.asset(
+        ins=ins,
+        partitions_def=batches_partitions_def,
+        group_name=JUDGING_GROUP,
+        kinds={"pandas", "parquet"},
+        code_version="1",
+    )
+    def averaged_scores(**judgments: pd.DataFrame) -> dg.Output[pd.DataFrame]:
+        """Per clip and evaluation kind: each metric's mean over the judges that succeeded."""
+        table = average_judgments({names[k]: v for k, v in judgments.items()})
+        ok = table[table["status"] == "ok"]
+        return dg.Output(table, metadata={
+            "rows": len(table),
+            "scored": len(ok),
+            "unscored": len(table) - len(ok),
+            "judges": dg.MetadataValue.json(sorted(names.values())),
+            "mean_score": dg.MetadataValue.float(round(float(ok["mean_score"].mean()), 4))
+            if len(ok) else dg.MetadataValue.null(),
+            "max_spread": dg.MetadataValue.float(float(ok["spread"].max()) if len(ok)
+                                                 else 0.0),
+            "metric_means": dg.MetadataValue.json(metric_means(ok["scores"])),
+            "preview": preview(table, ["clip_index", "tool_type", "status", "mean_score",
+                                       "n_judges_succeeded", "summary"]),
+        })
+
+    return averaged_scores

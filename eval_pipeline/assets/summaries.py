@@ -1,0 +1,79 @@
+"""Trajectory summaries per batch and the evaluation report over every batch."""
+
+
+from collections.abc import Sequence
+
+import dagster as dg
+import pandas as pd
+
+from eval_pipeline.assets.metadata import preview
+from eval_pipeline.io_manager import as_partition_dict
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.partitions import batches_partitions_def
+from eval_pipeline.report import REPORT_MEAN_KEY, build_report, report_markdown
+from eval_pipeline.scoring import summarize_trajectories
+
+SUMMARY_GROUP = "summaries"
+
+
+def model_names(configs: Sequence[JudgeConfig]) -> list[str]:
+    return [f"{c.provider}_{c.model}" for c in configs]
+
+
+def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
+    names = model_names(configs)
+
+    @dg.asset(
+        partitions_def=batches_partitions_def,
+        group_name=SUMMARY_GROUP,
+        kinds={"pandas", "parquet"},
+        code_version="1",
+    )
+    def trajectory_summaries(
+        preprocessed_trajectories: pd.DataFrame, clips: pd.DataFrame,
+        averaged_scores: pd.DataFrame,
+    ) -> dg.Output[pd.DataFrame]:
+        """The original tool's evaluation_metadata and the response with embedded evaluations."""
+        table = summarize_trajectories(preprocessed_trajectories, clips, averaged_scores, names)
+        scored = table["overall_trajectory_score"].dropna()
+        return dg.Output(table, metadata={
+            "trajectories": len(table),
+            "scored": len(scored),
+            "mean_overall_score": dg.MetadataValue.float(round(float(scored.mean()), 4))
+            if len(scored) else dg.MetadataValue.null(),
+            "judges": dg.MetadataValue.json(names),
+            "preview": preview(table, ["task_id", "total_clips", "successful_evaluations",
+                                       "overall_trajectory_score", "success"]),
+        })
+
+    @dg.asset(
+        ins={"trajectory_summaries": dg.AssetIn(
+            metadata={"allow_missing_partitions": True})},
+        group_name=SUMMARY_GROUP,
+        kinds={"pandas", "parquet"},
+        code_version="1",
+    )
+    def evaluation_report(context: dg.AssetExecutionContext,
+                          trajectory_summaries) -> dg.Output[pd.DataFrame]:
+        """One row per batch and one for all batches, with the change since the last report."""
+        previous = context.instance.get_latest_materialization_event(context.asset_key)
+        last_mean = None
+        if previous is not None and previous.asset_materialization is not None:
+            value = previous.asset_materialization.metadata.get(REPORT_MEAN_KEY)
+            last_mean = getattr(value, "value", None)
+        report = build_report(as_partition_dict(trajectory_summaries))
+        overall = report[report["batch"] == "ALL"]
+        mean = overall["mean_overall_score"].iloc[0] if len(overall) else None
+        metadata = {
+            "batches": int((report["batch"] != "ALL").sum()),
+            "trajectories": int(overall["trajectories"].iloc[0]) if len(overall) else 0,
+            REPORT_MEAN_KEY: dg.MetadataValue.float(float(mean))
+            if mean is not None and pd.notna(mean) else dg.MetadataValue.null(),
+            "report": dg.MetadataValue.md(report_markdown(report, last_mean)),
+        }
+        if last_mean is not None and mean is not None and pd.notna(mean):
+            metadata["delta_vs_last_report"] = dg.MetadataValue.float(
+                round(float(mean) - float(last_mean), 4))
+        return dg.Output(report, metadata=metadata)
+
+    return [trajectory_summaries, evaluation_report]

@@ -1,0 +1,116 @@
+"""Jobs, the new-drop sensor, the daily catch-up schedule and the report trigger."""
+
+
+import json
+from collections.abc import Sequence
+
+import dagster as dg
+
+from eval_pipeline.assets.judging import judge_code_version, judgment_asset_key
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.partitions import BATCHES_PARTITION, batches_partitions_def
+from eval_pipeline.settings import PipelineSettings
+from eval_pipeline.splitting import drop_fingerprint, find_batch, list_drops, split_drop
+from eval_pipeline.staleness import BatchState, why_stale
+
+REPORT_KEY = dg.AssetKey("evaluation_report")
+
+batch_job = dg.define_asset_job(
+    "evaluate_batch",
+    selection=dg.AssetSelection.all() - dg.AssetSelection.assets(REPORT_KEY),
+    description="Every per-batch stage for one batch partition.",
+)
+report_job = dg.define_asset_job(
+    "evaluation_report_job", selection=dg.AssetSelection.assets(REPORT_KEY)
+)
+
+
+@dg.sensor(job=batch_job, minimum_interval_seconds=30,
+           default_status=dg.DefaultSensorStatus.STOPPED)
+def new_drop_sensor(context: dg.SensorEvaluationContext,
+                    pipeline: PipelineSettings) -> dg.SensorResult | dg.SkipReason:
+    """Split each new or changed drop in the incoming folder into batches and run them."""
+    seen: dict[str, dict] = json.loads(context.cursor) if context.cursor else {}
+    run_requests: list[dg.RunRequest] = []
+    added: list[str] = []
+    deleted: list[str] = []
+    for drop in list_drops(pipeline.incoming_path):
+        fingerprint = drop_fingerprint(drop)
+        if seen.get(drop.name, {}).get("fingerprint") == fingerprint:
+            continue
+        manifests = split_drop(drop, pipeline.batches_path, pipeline.split_size)
+        keys = [m.partition_key for m in manifests]
+        added += [k for k in keys if not context.instance.has_dynamic_partition(
+            BATCHES_PARTITION, k)]
+        deleted += [k for k in seen.get(drop.name, {}).get("keys", []) if k not in keys]
+        run_requests += [dg.RunRequest(partition_key=k, run_key=f"{k}:{fingerprint}")
+                         for k in keys]
+        seen[drop.name] = {"fingerprint": fingerprint, "keys": keys}
+        context.log.info(f"{drop.name}: {len(keys)} batch(es) of up to {pipeline.split_size}")
+    if not run_requests:
+        return dg.SkipReason(f"no new drops in {pipeline.incoming_path}")
+    partition_requests: list = []
+    if added:
+        partition_requests.append(batches_partitions_def.build_add_request(added))
+    if deleted:
+        partition_requests.append(batches_partitions_def.build_delete_request(deleted))
+    return dg.SensorResult(run_requests=run_requests,
+                           dynamic_partitions_requests=partition_requests,
+                           cursor=json.dumps(seen))
+
+
+def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str):
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+    ).records
+    return records[0].asset_materialization if records else None
+
+
+def batch_state(instance: dg.DagsterInstance, pipeline: PipelineSettings, partition: str,
+                judges: Sequence[JudgeConfig]) -> BatchState:
+    raw = _latest(instance, dg.AssetKey("raw_trajectories"), partition)
+    ingested = raw.metadata.get("batch_fingerprint") if raw else None
+    try:
+        current = find_batch(pipeline.batches_path, partition)[1].fingerprint
+    except FileNotFoundError:
+        current = None
+    versions: dict[str, str | None] = {}
+    for judge in judges:
+        mat = _latest(instance, judgment_asset_key(judge), partition)
+        versions[judge.name] = (mat.tags or {}).get("dagster/code_version") if mat else None
+    return BatchState(
+        summarized=_latest(instance, dg.AssetKey("trajectory_summaries"), partition) is not None,
+        ingested_fingerprint=getattr(ingested, "value", None),
+        current_fingerprint=current,
+        judge_code_versions=versions,
+    )
+
+
+def build_daily_schedule(judges: Sequence[JudgeConfig]) -> dg.ScheduleDefinition:
+    expected = {j.name: judge_code_version(j) for j in judges}
+
+    @dg.schedule(job=batch_job, cron_schedule="0 3 * * *", execution_timezone="UTC",
+                 default_status=dg.DefaultScheduleStatus.STOPPED)
+    def daily_rerun_schedule(context: dg.ScheduleEvaluationContext,
+                             pipeline: PipelineSettings):
+        """Every day, rerun batches that are missing, have new data or a changed judge."""
+        requests = []
+        for key in context.instance.get_dynamic_partitions(BATCHES_PARTITION):
+            reason = why_stale(batch_state(context.instance, pipeline, key, judges), expected)
+            if reason:
+                requests.append(dg.RunRequest(
+                    partition_key=key,
+                    run_key=f"{key}:{context.scheduled_execution_time:%Y%m%d}",
+                    tags={"eval_pipeline/rerun_reason": reason},
+                ))
+        return requests or dg.SkipReason("every batch is up to date")
+
+    return daily_rerun_schedule
+
+
+@dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, monitored_jobs=[batch_job],
+                      request_job=report_job,
+                      default_status=dg.DefaultSensorStatus.STOPPED)
+def report_after_batch_sensor(context: dg.RunStatusSensorContext) -> dg.RunRequest:
+    """Refresh the cross-batch report whenever a batch run succeeds."""
+    return dg.RunRequest(run_key=f"report:{context.dagster_run.run_id}")

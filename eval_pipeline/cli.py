@@ -1,0 +1,270 @@
+"""``eval-pipeline run INPUT --output DIR``: the whole asset graph, in-process, through Dagster.
+
+The CLI is not a second code path: it splits the drop into batches, registers them as
+dynamic partitions of the same Definitions the UI loads, executes the batch job per
+partition and the report job, all recorded in the Dagster instance under DAGSTER_HOME, so
+the runs, metadata and lineage show up in ``dagster dev``. Then it exports one Parquet
+file per asset, ``evaluated.jsonl`` in the original tool's layout, and prints a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from pydantic import ValidationError
+
+from eval_pipeline.judges.config import JudgeConfig, load_judges
+from eval_pipeline.splitting import DROP_SUFFIXES, BatchManifest, split_drop
+
+DAGSTER_HOME_DIRNAME = ".dagster_home"
+_SKIP_DIRS = {"batches", "assets", "output", DAGSTER_HOME_DIRNAME, "__pycache__"}
+EVALUATED_FIELDS = ["timestamp", "task_id", "task_description", "duration", "success",
+                    "final_result", "raw_response"]
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed without a traceback, exit code 1."""
+
+
+def collect_inputs(path: Path) -> list[Path]:
+    if not path.exists():
+        raise CliError(f"input not found: {path}")
+    if path.is_file():
+        return [path]
+    found = sorted(
+        p for p in path.rglob("*")
+        if p.is_file() and p.suffix.lower() in DROP_SUFFIXES
+        and not any(part in _SKIP_DIRS or part.startswith(".")
+                    for part in p.relative_to(path).parts[:-1])
+        and not p.name.startswith(".")
+    )
+    if not found:
+        raise CliError(f"no input files ({', '.join(sorted(DROP_SUFFIXES))}) under {path}")
+    return found
+
+
+def default_dagster_home() -> Path:
+    """Inside the project when run from it (git-ignored), else in the user's home."""
+    cwd = Path.cwd()
+    if (cwd / "workspace.yaml").exists():
+        return cwd / DAGSTER_HOME_DIRNAME
+    project = Path(__file__).resolve().parents[1]
+    if (project / "workspace.yaml").exists():
+        return project / DAGSTER_HOME_DIRNAME
+    return Path.home() / ".eval_pipeline" / "dagster_home"
+
+
+def ensure_dagster_home() -> Path:
+    home = Path(os.environ.get("DAGSTER_HOME") or default_dagster_home()).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text("telemetry:\n  enabled: false\n", "utf-8")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def split_inputs(inputs: Sequence[Path], batches_dir: Path, split_size: int
+                 ) -> list[BatchManifest]:
+    manifests: list[BatchManifest] = []
+    for drop in inputs:
+        for manifest in split_drop(drop, batches_dir, split_size):
+            if any(m.partition_key == manifest.partition_key for m in manifests):
+                raise CliError(f"two inputs map to batch {manifest.partition_key!r}: rename one "
+                               f"of the files named {drop.name!r}")
+            manifests.append(manifest)
+    return manifests
+
+
+def export_tables(assets_dir: Path, output: Path) -> dict[str, pd.DataFrame]:
+    """One Parquet per asset at the top of DIR, all batches concatenated."""
+    tables: dict[str, pd.DataFrame] = {}
+    for single in sorted(assets_dir.rglob("*.parquet")):
+        rel = single.relative_to(assets_dir)
+        if len(rel.parts) == 1:  # unpartitioned asset: <base>/<name>.parquet
+            tables[rel.stem] = pd.read_parquet(single)
+    for folder in sorted(p for p in assets_dir.rglob("*") if p.is_dir()):
+        files = sorted(folder.glob("*.parquet"))
+        if not files or any(p.is_dir() for p in folder.iterdir()):
+            continue
+        name = "__".join(folder.relative_to(assets_dir).parts)
+        frames = [pd.read_parquet(f) for f in files]
+        nonempty = [f for f in frames if len(f)]
+        tables[name] = pd.concat(nonempty, ignore_index=True) if nonempty else frames[0]
+    for name, table in tables.items():
+        table.to_parquet(output / f"{name}.parquet", index=False)
+    return tables
+
+
+def write_evaluated(summaries: pd.DataFrame, path: Path) -> int:
+    """The original tool's output records: the input fields plus the evaluations."""
+    ordered = summaries.sort_values(["batch", "source_line"]) if len(summaries) else summaries
+    with path.open("w", encoding="utf-8") as fh:
+        for row in ordered.to_dict("records"):
+            record = {k: (None if isinstance(row.get(k), float) and pd.isna(row.get(k))
+                          else row.get(k)) for k in EVALUATED_FIELDS}
+            record["full_response_with_evaluations"] = row["full_response_with_evaluations"]
+            record["evaluation_metadata"] = json.loads(row["evaluation_metadata"])
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return len(ordered)
+
+
+def summary_lines(tables: dict[str, pd.DataFrame], manifests: Sequence[BatchManifest],
+                  judges: Sequence[JudgeConfig]) -> list[tuple[str, object]]:
+    def rows(name: str) -> int:
+        return len(tables.get(name, ()))
+
+    raw, quarantined = rows("raw_trajectories"), rows("quarantine")
+    kept, removed = rows("preprocessed_trajectories"), rows("preprocess_report")
+    summaries = tables.get("trajectory_summaries", pd.DataFrame())
+    scored = summaries["overall_trajectory_score"].dropna() if len(summaries) else pd.Series()
+    lines: list[tuple[str, object]] = [
+        ("batches", len(manifests)),
+        ("records read", raw + quarantined),
+        ("kept", kept),
+        ("removed (preprocessing)", removed),
+        ("quarantined", quarantined),
+        ("clips", rows("clips")),
+    ]
+    report = tables.get("preprocess_report")
+    if report is not None and len(report):
+        for reason, n in report["reason"].value_counts().items():
+            lines.append((f"  removed: {reason}", int(n)))
+    for judge in judges:
+        table = tables.get(f"judgments__{judge.name}", pd.DataFrame())
+        status = table["status"].value_counts().to_dict() if len(table) else {}
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(status.items())) or "none"
+        cost = float(table["cost_usd"].sum()) if len(table) else 0.0
+        cached = int(table["cached"].sum()) if len(table) else 0
+        lines.append((f"judgments [{judge.name}]",
+                      f"{len(table)} ({detail}; cached {cached}; ${cost:.4f})"))
+    lines.append(("mean overall score",
+                  f"{scored.mean():.3f} over {len(scored)} trajectories" if len(scored)
+                  else "n/a (nothing scored)"))
+    clips = tables.get("clips")
+    if clips is not None and len(clips):
+        for tool, n in clips["tool_type"].value_counts().items():
+            lines.append((f"  clips: {tool}", int(n)))
+    return lines
+
+
+def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
+                 split_size: int = 10, beta_threshold: int = 15,
+                 input_format: str | None = None, log_level: str = "WARNING"
+                 ) -> dict[str, pd.DataFrame]:
+    """Run every stage for every batch through Dagster and export the results."""
+    import dagster as dg
+
+    from eval_pipeline.definitions import build_definitions
+    from eval_pipeline.partitions import BATCHES_PARTITION
+    from eval_pipeline.settings import PipelineSettings
+
+    inputs = collect_inputs(input_path)
+    output.mkdir(parents=True, exist_ok=True)
+    batches_dir, assets_dir = output / "batches", output / "assets"
+    for folder in (batches_dir, assets_dir):
+        if folder.exists():
+            shutil.rmtree(folder)
+    manifests = split_inputs(inputs, batches_dir, split_size)
+    ensure_dagster_home()
+    pipeline = PipelineSettings(batches_dir=str(batches_dir.resolve()), split_size=split_size,
+                                beta_threshold=beta_threshold, input_format=input_format)
+    defs = build_definitions(judges, pipeline=pipeline, assets_dir=str(assets_dir.resolve()))
+    keys = [m.partition_key for m in manifests]
+    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+    with dg.DagsterInstance.get() as instance:
+        instance.add_dynamic_partitions(BATCHES_PARTITION, keys)
+        batch_job = defs.resolve_job_def("evaluate_batch")
+        for key in keys:
+            print(f"evaluating batch {key}", file=sys.stderr)
+            result = batch_job.execute_in_process(partition_key=key, instance=instance,
+                                                  run_config=run_config,
+                                                  raise_on_error=False,
+                                                  tags={"eval_pipeline/source": "cli"})
+            if not result.success:
+                raise CliError(f"batch {key} failed: {_first_failure(result)}")
+        report = defs.resolve_job_def("evaluation_report_job").execute_in_process(
+            instance=instance, run_config=run_config, raise_on_error=False,
+            tags={"eval_pipeline/source": "cli"})
+        if not report.success:
+            raise CliError(f"evaluation report failed: {_first_failure(report)}")
+    tables = export_tables(assets_dir, output)
+    write_evaluated(tables.get("trajectory_summaries", pd.DataFrame()),
+                    output / "evaluated.jsonl")
+    return tables
+
+
+def _first_failure(result) -> str:
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data.error is not None:
+            return event.step_failure_data.error.message.strip()
+    return "unknown failure (see the run in the Dagster UI)"
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def _non_negative(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="eval-pipeline", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the whole pipeline on a file or a folder")
+    run.add_argument("input", type=Path, help="a trajectory file or a folder of them")
+    run.add_argument("--output", "-o", type=Path, required=True, help="output folder")
+    run.add_argument("--judges", type=Path, default=None,
+                     help="judges YAML file (default: the offline heuristic judge)")
+    run.add_argument("--split-size", type=_positive, default=10,
+                     help="records per batch (default 10)")
+    run.add_argument("--beta-threshold", type=_non_negative, default=15,
+                     help="drop trajectories with more tool calls than this (default 15)")
+    run.add_argument("--format", dest="input_format", default=None,
+                     help="force an input format instead of detecting it per file")
+    run.add_argument("--verbose", "-v", action="store_true", help="show Dagster's run logs")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.judges is not None and not args.judges.is_file():
+            raise CliError(f"judges file not found: {args.judges}")
+        try:
+            judges = load_judges(args.judges)
+        except (ValidationError, ValueError, OSError) as exc:
+            raise CliError(f"invalid judges file {args.judges}: {exc}") from exc
+        tables = run_pipeline(args.input, args.output, judges, args.split_size,
+                              args.beta_threshold, args.input_format,
+                              "DEBUG" if args.verbose else "WARNING")
+    except CliError as exc:
+        print(f"eval-pipeline: error: {exc}", file=sys.stderr)
+        return 1
+    from tabulate import tabulate
+
+    manifests_count = len(list((args.output / "batches").glob("*/*.manifest.json")))
+    lines = summary_lines(tables, [None] * manifests_count, judges)  # type: ignore[list-item]
+    print(tabulate(lines, headers=["", "value"], tablefmt="simple"))
+    print(f"\nwrote {args.output / 'evaluated.jsonl'} and "
+          f"{len(tables)} asset tables to {args.output}/")
+    print(f"Dagster instance: {os.environ['DAGSTER_HOME']} (open it with dagster dev)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""The evaluation report over all batches: per batch and overall figures."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping
+from statistics import fmean
+
+import pandas as pd
+
+REPORT_MEAN_KEY = "mean_overall_score"
+REPORT_COLUMNS = [
+    "batch", "trajectories", "scored_trajectories", "total_clips", "successful_evaluations",
+    "clip_success_rate", "mean_overall_score", "agent_success_rate", "tool_type_means",
+]
+
+
+def _row(batch: str, df: pd.DataFrame) -> dict:
+    scored = df["overall_trajectory_score"].dropna()
+    tool_scores: dict[str, list[float]] = defaultdict(list)
+    for meta in df["evaluation_metadata"]:
+        for tool, avg in json.loads(meta)["tool_averages"].items():
+            if avg["overall_average"] is not None:
+                tool_scores[tool].append(avg["overall_average"])
+    clips = int(df["total_clips"].sum())
+    ok = int(df["successful_evaluations"].sum())
+    success = df["success"].dropna()
+    return {
+        "batch": batch,
+        "trajectories": len(df),
+        "scored_trajectories": len(scored),
+        "total_clips": clips,
+        "successful_evaluations": ok,
+        "clip_success_rate": ok / clips if clips else None,
+        "mean_overall_score": float(scored.mean()) if len(scored) else None,
+        "agent_success_rate": float(success.astype(bool).mean()) if len(success) else None,
+        "tool_type_means": json.dumps({t: round(fmean(v), 4)
+                                       for t, v in sorted(tool_scores.items())}),
+    }
+
+
+def build_report(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    frames = {k: v for k, v in summaries.items() if v is not None}
+    rows = [_row(str(k), v) for k, v in sorted(frames.items()) if len(v)]
+    nonempty = [v for v in frames.values() if len(v)]
+    if nonempty:
+        rows.append(_row("ALL", pd.concat(nonempty, ignore_index=True)))
+    return pd.DataFrame(rows, columns=REPORT_COLUMNS)
+
+
+def report_markdown(report: pd.DataFrame, last_mean: float | None) -> str:
+    if report.empty:
+        return "_no batch has been summarised yet_"
+    table = report.drop(columns=["tool_type_means"]).to_markdown(index=False, floatfmt=".3f")
+    overall = report[report["batch"] == "ALL"]
+    lines = [table]
+    if len(overall):
+        lines.append("\n**Tool-type means (all batches):** "
+                     + overall["tool_type_means"].iloc[0])
+        mean = overall["mean_overall_score"].iloc[0]
+        if last_mean is not None and mean is not None and pd.notna(mean):
+            lines.append(f"\n**Change since the last report:** {float(mean) - last_mean:+.4f}")
+    return "\n".join(lines)
