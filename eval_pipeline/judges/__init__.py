@@ -12,4 +12,12 @@ def make_judge(config: JudgeConfig, api_key: str | None = None) -> Judge:
         from eval_pipeline.judges.heuristic import HeuristicJudge
 
         return HeuristicJudge(config)
+    if config.provider in ("openai", "openai_compatible"):
+        from eval_pipeline.judges.openai_judge import OpenAIJudge
+
+        return OpenAIJudge(config, api_key)
+    if config.provider == "anthropic":
+        from eval_pipeline.judges.anthropic_judge import AnthropicJudge
+
+        return AnthropicJudge(config, api_key)
     raise NotImplementedError(f"provider {config.provider!r} is not available yet")

@@ -1,0 +1,154 @@
+"""OpenAI and OpenAI-compatible judges (DeepSeek, Kimi, Gemini, vLLM, Ollama, llama.cpp).
+
+Chat Completions is the one API every compatible server speaks. Structured output uses the
+strongest mode the endpoint supports (strict ``json_schema`` where it exists, JSON mode
+otherwise); the reply is parsed and validated against the rubric's schema either way.
+
+The SDK's own retries are switched off (``max_retries=0``): the runner retries instead,
+because each retry must pass the rate limiter and the circuit breaker again, and its
+backoff must be configurable. The SDK's timeout machinery is used as is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from eval_pipeline.judges._common import retry_after_seconds
+from eval_pipeline.judges.base import JudgeError, JudgeReply, JudgeRequest
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.judges.errors import (
+    FatalProviderError,
+    InvalidOutput,
+    TransientJudgeError,
+    redact,
+)
+from eval_pipeline.judges.presets import resolve_endpoint
+from eval_pipeline.judges.schema import SCHEMA_NAME, parse_reply_text, wire_schema
+
+# Reasoning models reject a temperature other than the default.
+_NO_TEMPERATURE_PREFIXES = ("o1", "o3", "o4", "gpt-5")
+_FATAL_STATUSES = {401, 402, 403, 404}
+
+
+class OpenAIJudge:
+    """One configured judge on a Chat Completions endpoint."""
+
+    def __init__(self, config: JudgeConfig, api_key: str | None = None,
+                 *, default_headers: dict[str, str] | None = None) -> None:
+        endpoint = resolve_endpoint(config)
+        if endpoint.requires_key and not api_key:
+            raise ValueError(
+                f"judge {config.name!r}: no API key; set the environment variable "
+                f"{endpoint.key_env or '<api_key_env>'}"
+            )
+        self.name = config.name
+        self.provider = config.provider
+        self.model = endpoint.model
+        self.endpoint = endpoint
+        self.config = config
+        self._secrets = (api_key,)
+        self._send_temperature = not (
+            config.provider == "openai" and self.model.startswith(_NO_TEMPERATURE_PREFIXES)
+        )
+        self._client = AsyncOpenAI(
+            # Local servers ignore the key, but the SDK insists on one.
+            api_key=api_key or "no-key-needed",
+            base_url=endpoint.base_url,
+            timeout=config.timeout_s,
+            max_retries=0,
+            default_headers=default_headers,
+        )
+
+    def __repr__(self) -> str:  # the client holds the key; never print it
+        return f"OpenAIJudge(name={self.name!r}, model={self.model!r})"
+
+    @property
+    def secrets(self) -> tuple[str | None, ...]:
+        return self._secrets
+
+    def cache_identity(self) -> dict[str, Any]:
+        """Everything besides the prompt and schema that shapes the answer."""
+        return {
+            "provider": self.provider,
+            "base_url": self.endpoint.base_url.rstrip("/"),
+            "model": self.model,
+            "temperature": self.config.temperature if self._send_temperature else None,
+            "max_tokens": self.config.max_tokens,
+            "output_mode": self.endpoint.output_mode,
+        }
+
+    def _response_format(self, metrics: list[str]) -> dict[str, Any]:
+        if self.endpoint.output_mode == "json_schema":
+            return {
+                "type": "json_schema",
+                "json_schema": {"name": SCHEMA_NAME, "schema": wire_schema(metrics),
+                                "strict": True},
+            }
+        return {"type": "json_object"}
+
+    async def score(self, request: JudgeRequest) -> JudgeReply:
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": request.system_prompt},
+                {"role": "user", "content": request.user_prompt},
+            ],
+            "response_format": self._response_format(request.metrics),
+            self.endpoint.tokens_param: self.config.max_tokens,
+        }
+        if self._send_temperature:
+            kwargs["temperature"] = self.config.temperature
+        try:
+            completion = await self._client.chat.completions.create(**kwargs)
+        except openai.APIError as exc:
+            raise self._translate(exc) from None
+        usage = completion.usage
+        tokens_in = usage.prompt_tokens if usage else 0
+        tokens_out = usage.completion_tokens if usage else 0
+        if not completion.choices:
+            raise InvalidOutput("response has no choices", tokens_in=tokens_in,
+                                tokens_out=tokens_out)
+        choice = completion.choices[0]
+        content = choice.message.content or ""
+        if getattr(choice.message, "refusal", None):
+            raise InvalidOutput(f"model refused: {choice.message.refusal}", raw_response=content,
+                                tokens_in=tokens_in, tokens_out=tokens_out)
+        if choice.finish_reason == "length":
+            raise InvalidOutput(
+                f"response cut off at max_tokens={self.config.max_tokens}",
+                raw_response=content, tokens_in=tokens_in, tokens_out=tokens_out)
+        try:
+            data = parse_reply_text(content, request.metrics)
+        except InvalidOutput as exc:
+            exc.tokens_in, exc.tokens_out = tokens_in, tokens_out
+            raise
+        return JudgeReply(scores=data["scores"], summary=data["summary"],
+                          reasoning=data["reasoning"], raw_response=content,
+                          tokens_in=tokens_in, tokens_out=tokens_out)
+
+    def _translate(self, exc: openai.APIError) -> JudgeError:
+        message = redact(str(exc), self._secrets)
+        if isinstance(exc, openai.APITimeoutError):
+            return TransientJudgeError(f"timeout after {self.config.timeout_s}s")
+        if isinstance(exc, openai.APIConnectionError):
+            cause = redact(str(exc.__cause__ or exc), self._secrets)
+            return TransientJudgeError(f"connection error: {cause}")
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            headers = dict(exc.response.headers) if exc.response is not None else {}
+            text = f"HTTP {status}: {message}"
+            if status == 429:
+                return TransientJudgeError(text, retry_after=retry_after_seconds(headers),
+                                           rate_limited=True)
+            if status >= 500 or status in (408, 409):
+                return TransientJudgeError(text, retry_after=retry_after_seconds(headers))
+            if status in _FATAL_STATUSES:
+                return FatalProviderError(text)
+            return JudgeError(text)
+        return JudgeError(f"{type(exc).__name__}: {message}")
+
+    async def aclose(self) -> None:
+        await self._client.close()
