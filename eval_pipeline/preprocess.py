@@ -114,9 +114,8 @@ def repair_tags(text: str, tool_tags: Sequence[str]) -> TagRepair:
         if self_closing:
             out.append(token)
             continue
-        if not closing and stack and stack[-1] in _FLAT_TAGS and (
-            name in _FLAT_TAGS or stack[-1] == name
-        ):
+        if not closing and stack and stack[-1] in _FLAT_TAGS:
+            # A flat tag holds prose only: any known tag opening means it was left open.
             out.append(f"</{stack[-1]}>")
             fixes.append(f"closed <{stack[-1]}> before <{name}> at char {match.start()}")
             stack.pop()

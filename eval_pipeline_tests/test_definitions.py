@@ -1,0 +1,47 @@
+import subprocess
+import sys
+
+import dagster as dg
+
+from eval_pipeline.definitions import build_definitions, defs
+from eval_pipeline.judges.config import JudgeConfig
+
+EXPECTED = {
+    "raw_trajectories", "quarantine", "preprocessed_trajectories", "preprocess_report", "clips",
+    "judgments/heuristic", "averaged_scores", "trajectory_summaries", "evaluation_report",
+}
+
+
+def test_code_location_loads_with_every_stage():
+    loaded = defs()
+    keys = {k.to_user_string() for k in loaded.resolve_asset_graph().get_all_asset_keys()}
+    assert keys == EXPECTED
+    assert loaded.resolve_job_def("evaluate_batch") is not None
+    assert {s.name for s in loaded.sensors} == {"new_drop_sensor", "report_after_batch_sensor"}
+    assert [s.name for s in loaded.schedules] == ["daily_rerun_schedule"]
+
+
+def test_one_judgments_asset_per_judge_feeding_the_average():
+    judges = [JudgeConfig(name="heuristic"), JudgeConfig(name="second_opinion")]
+    graph = build_definitions(judges).resolve_asset_graph()
+    averaged = graph.get(dg.AssetKey("averaged_scores"))
+    assert averaged.parent_keys == {dg.AssetKey(["judgments", "heuristic"]),
+                                    dg.AssetKey(["judgments", "second_opinion"])}
+
+
+def test_judge_code_version_changes_with_the_model_only_for_that_judge():
+    a = build_definitions([JudgeConfig(name="a"), JudgeConfig(name="b")]).resolve_asset_graph()
+    b = build_definitions([JudgeConfig(name="a", model="heuristic-v2"),
+                           JudgeConfig(name="b")]).resolve_asset_graph()
+    key_a, key_b = dg.AssetKey(["judgments", "a"]), dg.AssetKey(["judgments", "b"])
+    assert a.get(key_a).code_version != b.get(key_a).code_version
+    assert a.get(key_b).code_version == b.get(key_b).code_version
+
+
+def test_workspace_loads_with_the_dagster_cli(project_root):
+    result = subprocess.run(
+        [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=project_root, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Validation successful" in result.stdout + result.stderr
