@@ -99,7 +99,9 @@ def resolve_endpoint(config: JudgeConfig) -> ResolvedEndpoint:
     preset = preset_for(config)
     if preset is not None and preset.provider == "anthropic" and config.provider != "anthropic":
         raise ValueError(f"judge {config.name!r}: preset {preset.name!r} needs provider anthropic")
-    model_set = "model" in config.model_fields_set
+    # "heuristic-v1" is JudgeConfig's default: an LLM judge that leaves model out gets the
+    # preset's model instead.
+    model_set = "model" in config.model_fields_set and config.model != "heuristic-v1"
     base_url = config.base_url or (preset.base_url if preset else None)
     if not base_url:
         raise ValueError(

@@ -109,6 +109,7 @@ def validate_reply_data(data: Any, metrics: Sequence[str], raw_response: str = "
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+            + (f" (got {repr(err['input'])[:80]})" if err["type"] != "missing" else "")
             for err in exc.errors()
         )
         raise InvalidOutput(f"response does not match the schema: {problems}",

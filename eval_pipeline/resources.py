@@ -1,0 +1,96 @@
+"""Dagster resources for judges: configuration in the UI, keys only through EnvVar.
+
+One resource per judge (``judge_<name>``). Its fields mirror the judges-file entry so the
+launchpad shows (and can override) every setting, while ``api_key`` is bound to
+``dg.EnvVar(api_key_env)``: the UI shows the variable's name, never its value, and a run
+without the variable fails at start instead of midway. This is the only module of the
+judge layer that imports dagster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from eval_pipeline.judges import make_judge
+from eval_pipeline.judges.base import Judge
+from eval_pipeline.judges.cache import JudgeCache, default_cache_path
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.judges.runner import ClipTask, JudgeRuntime, JudgmentRow, run_judge
+
+# JudgeConfig fields carried by the resource; None means "not set in the judges file".
+_CONFIG_FIELDS = tuple(JudgeConfig.model_fields)
+
+
+class LLMJudgeResource(dg.ConfigurableResource):
+    """One judge: provider client, cache, limits, retries, breaker and budget."""
+
+    name: str
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = Field(default=None, description="Name of the key's variable")
+    preset: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    timeout_s: float | None = None
+    max_retries: int | None = None
+    concurrency: int | None = None
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    input_price_per_mtok: float | None = None
+    output_price_per_mtok: float | None = None
+    budget_usd: float | None = None
+    api_key: str | None = Field(default=None, description="Bound from EnvVar(api_key_env)")
+    cache_path: str | None = Field(
+        default=None, description="SQLite judge cache; default $DAGSTER_HOME/storage")
+    cache_enabled: bool = True
+    retry_base_s: float = Field(default=0.5, description="First backoff wait, doubled each try")
+    breaker_threshold: int = Field(
+        default=3, description="Consecutive failed calls that stop the judge")
+
+    def judge_config(self) -> JudgeConfig:
+        values = {f: getattr(self, f) for f in _CONFIG_FIELDS}
+        return JudgeConfig(**{k: v for k, v in values.items() if v is not None})
+
+    def build(self) -> Judge:
+        """The provider client; the caller closes it (``run_judge`` does)."""
+        return make_judge(self.judge_config(), self.api_key)
+
+    def open_cache(self) -> JudgeCache | None:
+        if not self.cache_enabled or self.judge_config().provider == "heuristic":
+            return None
+        return JudgeCache(Path(self.cache_path) if self.cache_path else default_cache_path())
+
+    def runtime(self, cache: JudgeCache | None = None) -> JudgeRuntime:
+        """Fresh per run: the rate limiters bind to the running event loop."""
+        return JudgeRuntime.from_config(self.judge_config(), cache=cache,
+                                        retry_base_s=self.retry_base_s,
+                                        breaker_threshold=self.breaker_threshold)
+
+    async def run(self, tasks: Sequence[ClipTask]) -> list[JudgmentRow]:
+        """Judge every clip with cache, limits and budget; raises CircuitOpenError."""
+        config = self.judge_config()
+        cache = self.open_cache()
+        try:
+            return await run_judge(self.build(), tasks, config.concurrency,
+                                   self.runtime(cache))
+        finally:
+            if cache is not None:
+                cache.close()
+
+
+def judge_resource(config: JudgeConfig, **settings: object) -> LLMJudgeResource:
+    values = config.model_dump(exclude_unset=True)
+    values["name"] = config.name
+    api_key = dg.EnvVar(config.api_key_env) if config.api_key_env else None
+    return LLMJudgeResource(**values, api_key=api_key, **settings)  # type: ignore[arg-type]
+
+
+def judge_resources(configs: Sequence[JudgeConfig], **settings: object
+                    ) -> dict[str, LLMJudgeResource]:
+    """``judge_<name>`` for every configured judge; ``settings`` e.g. cache_path=..."""
+    return {f"judge_{c.name}": judge_resource(c, **settings) for c in configs}
