@@ -38,20 +38,32 @@ class ToolRegistry(BaseModel):
         return GENERIC_TOOL_TYPE
 
     def tool_type_for_name(self, name: str | None) -> str:
-        """Resolve a tool/function name; prefixes like ``tavily-search`` or ``a.b`` also match."""
+        """Resolve a tool/function name; ``tavily-search`` or ``deepsearch.quick_research`` match
+        their server tag by prefix.
+
+        Prefixes are matched against tags (server names) only: matching them against action
+        names would send SWE-agent's ``scroll_down`` to the browser rubric via ``scroll``.
+        """
         if not name:
             return GENERIC_TOOL_TYPE
-        norm = name.strip().lower()
-        candidates = [norm, norm.replace("-", "_")]
-        for sep in (".", "__", "-", "_", "/"):
-            if sep in norm:
-                candidates.append(norm.split(sep, 1)[0])
-        for cand in candidates:
+        norm = _norm(name)
+        for tool_type, spec in self.tool_types.items():
+            if norm in {_norm(n) for n in spec.names + spec.tags}:
+                return tool_type
+        prefixes = [norm.split(sep, 1)[0] for sep in (".", "__", "_", "/") if sep in norm]
+        for cand in prefixes:
             for tool_type, spec in self.tool_types.items():
-                known = {n.lower().replace("-", "_") for n in spec.names + spec.tags}
-                if cand.replace("-", "_") in known:
+                if cand in {_norm(t) for t in spec.tags}:
                     return tool_type
         return GENERIC_TOOL_TYPE
+
+    def is_known_name(self, name: str | None) -> bool:
+        return self.tool_type_for_name(name) != GENERIC_TOOL_TYPE
+
+
+def _norm(name: str) -> str:
+    """Case and dash insensitive: ``Tavily-Search`` and ``tavily_search`` are one tool."""
+    return name.strip().lower().replace("-", "_")
 
 
 def load_registry(path: str | Path | None = None) -> ToolRegistry:

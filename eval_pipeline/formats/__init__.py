@@ -2,38 +2,89 @@
 
 To add a format, write a class with ``name``, ``sniff`` and ``parse`` (see
 :class:`eval_pipeline.formats.base.FormatParser`) and add it to ``PARSERS``.
+
+Detection asks every parser for a confidence on the file's first 64 kB and takes the
+highest; nothing confident means :class:`UnrecognizedParser`, which quarantines every record
+with the reason. A caller overrides detection per file with ``format_name`` or with
+``overrides`` (glob pattern on the file name or path -> format name, first match wins).
+``parse_file`` never raises for bad content: an empty file and a parser crash both become
+one quarantined record at line 1.
 """
 
 from __future__ import annotations
 
+import fnmatch
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from eval_pipeline.formats.base import FormatParser, make_context
+from eval_pipeline.formats.chat_records import ChatParser
+from eval_pipeline.formats.dataeva_cleaned import DataEvaCleanedParser
+from eval_pipeline.formats.fallback import NotTrajectoriesParser, UnrecognizedParser
+from eval_pipeline.formats.fireact import FireActParser
+from eval_pipeline.formats.react import ReactTextParser
+from eval_pipeline.formats.routing import (
+    BfclAnswersParser,
+    BfclParser,
+    DevAiJudgmentParser,
+    RoutingCaseParser,
+)
+from eval_pipeline.formats.spans import OpenInferenceSpanParser
+from eval_pipeline.formats.swe_agent import SweAgentParser, SweAgentPredsParser
+from eval_pipeline.formats.tau_bench import TauBenchParser
+from eval_pipeline.formats.toolbench import ToolBenchParser
 from eval_pipeline.formats.xml_tags import XmlTagParser
-from eval_pipeline.models import ParseResult
+from eval_pipeline.models import ParseResult, QuarantinedRecord
 from eval_pipeline.tool_registry import ToolRegistry
 
-PARSERS: dict[str, FormatParser] = {p.name: p for p in (XmlTagParser(),)}
+PARSERS: dict[str, FormatParser] = {
+    p.name: p
+    for p in (
+        XmlTagParser(), DataEvaCleanedParser(), ReactTextParser(), ChatParser(),
+        TauBenchParser(), FireActParser(), ToolBenchParser(), SweAgentParser(),
+        SweAgentPredsParser(), OpenInferenceSpanParser(), RoutingCaseParser(), BfclParser(),
+        BfclAnswersParser(), DevAiJudgmentParser(), NotTrajectoriesParser(),
+        UnrecognizedParser(),
+    )
+}
 
 SNIFF_BYTES = 65536
+#: Documentation and config that sits next to data; ``discover_files`` skips it.
+NON_DATA_SUFFIXES = frozenset({".md", ".rst", ".yaml", ".yml", ".toml", ".py", ".cfg", ".ini"})
 
 
 class UnknownFormatError(ValueError):
     pass
 
 
-def detect_format(path: Path) -> str:
+def _override(path: Path, overrides: Mapping[str, str] | None) -> str | None:
+    for pattern, name in (overrides or {}).items():
+        if fnmatch.fnmatch(path.name, pattern) or fnmatch.fnmatch(path.as_posix(), pattern):
+            return name
+    return None
+
+
+def detect_format(path: Path, overrides: Mapping[str, str] | None = None) -> str:
+    forced = _override(path, overrides)
+    if forced is not None:
+        return forced
     with path.open("rb") as fh:
-        head = fh.read(SNIFF_BYTES).decode("utf-8", errors="replace")
-    best_name, best_score = None, 0.0
+        head = fh.read(SNIFF_BYTES).decode("utf-8", errors="replace").lstrip("\ufeff")
+    best_name, best_score = UnrecognizedParser.name, 0.0
     for name, parser in PARSERS.items():
         score = parser.sniff(path, head)
         if score > best_score:
             best_name, best_score = name, score
-    if best_name is None:
-        # An unrecognisable file still flows: the default parser quarantines every record.
-        return XmlTagParser.name
     return best_name
+
+
+def _is_blank(path: Path) -> bool:
+    with path.open("rb") as fh:
+        head = fh.read(SNIFF_BYTES)
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n"):
+        return False
+    return not path.read_bytes().lstrip(b"\xef\xbb\xbf \t\r\n")
 
 
 def parse_file(
@@ -43,8 +94,55 @@ def parse_file(
     format_name: str | None = None,
     registry: ToolRegistry | None = None,
     source_file: str | None = None,
+    overrides: Mapping[str, str] | None = None,
 ) -> ParseResult:
-    name = format_name or detect_format(path)
+    """Parse one file; every record ends up a trajectory or a quarantined record."""
+    path = Path(path)
+    name = format_name or detect_format(path, overrides)
     if name not in PARSERS:
         raise UnknownFormatError(f"unknown format {name!r}; known: {sorted(PARSERS)}")
-    return PARSERS[name].parse(path, make_context(path, batch, registry, source_file))
+    ctx = make_context(path, batch, registry, source_file)
+    if _is_blank(path):
+        return ParseResult(quarantined=[ctx.quarantine(
+            1, "empty_file", "the file is empty (or only whitespace)", b"", name)])
+    try:
+        return PARSERS[name].parse(path, ctx)
+    except Exception as exc:
+        return ParseResult(quarantined=[QuarantinedRecord(
+            batch=batch, source_file=ctx.source_file, source_line=1, source_format=name,
+            reason="parser_error", error=f"{type(exc).__name__}: {exc}"[:2000],
+            excerpt=f"whole file {path.name} ({path.stat().st_size} bytes) not parsed",
+        )])
+
+
+def discover_files(root: Path) -> list[Path]:
+    """Data files under ``root`` (or ``root`` itself), skipping docs, configs and dot-files."""
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    return sorted(
+        p for p in root.rglob("*")
+        if p.is_file() and p.suffix.lower() not in NON_DATA_SUFFIXES
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
+
+
+def unregistered_tool_counts(results: Iterable[ParseResult]) -> Counter[str]:
+    """How often each tool the registry does not know was called (scored as ``generic``)."""
+    counts: Counter[str] = Counter()
+    for result in results:
+        for traj in result.trajectories:
+            for step in traj.steps:
+                if step.kind == "tool_call" and step.tool_type == "generic":
+                    counts[step.tool_name or "?"] += 1
+    return counts
+
+
+__all__ = [
+    "PARSERS",
+    "UnknownFormatError",
+    "detect_format",
+    "discover_files",
+    "parse_file",
+    "unregistered_tool_counts",
+]

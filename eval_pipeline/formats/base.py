@@ -33,13 +33,19 @@ def trajectory_id(source_file: str, index: int, content: str) -> str:
 
 @dataclass(frozen=True)
 class RawRecord:
-    """One JSON object read from a file, or the reason it could not be read."""
+    """One JSON object read from a file, or the reason it could not be read.
+
+    ``repairs`` names what was fixed to read it (e.g. invalid UTF-8 replaced), so a kept
+    record carries its repair into ``Trajectory.extra`` instead of hiding it.
+    """
 
     line: int
     text: str
     value: Any = None
     error: str | None = None
     reason: str | None = None
+    repairs: tuple[str, ...] = ()
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,9 @@ class ParseContext:
     batch: str
     source_file: str
     registry: ToolRegistry
+    #: The file being read, for formats that consult siblings (BFCL answers) or the folder
+    #: layout (DevAI judge kind); ``source_file`` is only its display name.
+    path: Path | None = None
 
     def quarantine(
         self, line: int, reason: str, error: str, raw: str | bytes, source_format: str | None
@@ -62,36 +71,151 @@ class ParseContext:
         )
 
 
+def _looks_binary(raw: bytes) -> bool:
+    """NUL bytes or mostly control bytes: not text that any JSON writer produced."""
+    if b"\x00" in raw:
+        return True
+    sample = raw[:4096]
+    controls = sum(1 for b in sample if b < 32 and b not in (9, 10, 13))
+    return controls > len(sample) * 0.1
+
+
+def _decode_line(raw: bytes, lineno: int, is_last: bool) -> RawRecord:
+    repairs: tuple[str, ...] = ()
+    if _looks_binary(raw):
+        return RawRecord(lineno, raw.decode("utf-8", "replace"), None,
+                         "binary data (NUL or control bytes), not a JSON text line",
+                         "binary_data")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        text = raw.decode("utf-8", "replace")
+        repairs = (f"invalid_utf8_replaced: {exc.reason} at byte {exc.start}",)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if repairs:
+            return RawRecord(lineno, text, None, f"not valid UTF-8 and not JSON: {exc}",
+                             "invalid_encoding")
+        if is_last and exc.pos >= len(text.rstrip()) - 1:
+            return RawRecord(lineno, text, None, f"record ends mid-value: {exc}",
+                             "truncated_record")
+        return RawRecord(lineno, text, None, f"invalid JSON: {exc}", "invalid_json")
+    except RecursionError:
+        return RawRecord(lineno, text, None, "JSON nested too deeply to read", "too_deep")
+    if not isinstance(value, dict):
+        return RawRecord(lineno, text, None,
+                         f"expected a JSON object, got {type(value).__name__}",
+                         "not_an_object")
+    return RawRecord(lineno, text, value, repairs=repairs)
+
+
+def iter_jsonl_bytes(data: bytes) -> Iterator[RawRecord]:
+    """Split JSONL bytes into records; see :func:`iter_jsonl`."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    lines = data.split(b"\n")
+    last_content = max((i for i, raw in enumerate(lines) if raw.strip()), default=-1)
+    truncated_tail = not data.endswith(b"\n")
+    for index, raw in enumerate(lines):
+        stripped = raw.strip()
+        if not stripped:
+            continue
+        yield _decode_line(stripped, index + 1, truncated_tail and index == last_content)
+
+
 def iter_jsonl(path: Path) -> Iterator[RawRecord]:
     """Read JSONL defensively: bad bytes, BOMs, CRLF and blank lines never raise.
 
     Blank lines are not records and are skipped; every other line yields exactly one
-    RawRecord, parsed or carrying the reason it was not.
+    RawRecord, parsed or carrying the reason it was not. A last line that is cut off
+    mid-value (no final newline) is reported as ``truncated_record``, not just bad JSON.
     """
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-            stripped = raw.strip()
-            if not stripped:
-                continue
-            try:
-                text = stripped.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield RawRecord(lineno, stripped.decode("utf-8", "replace"), None,
-                                f"not valid UTF-8: {exc}", "invalid_encoding")
-                continue
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as exc:
-                yield RawRecord(lineno, text, None, f"invalid JSON: {exc}", "invalid_json")
-                continue
-            if not isinstance(value, dict):
-                yield RawRecord(lineno, text, None,
-                                f"expected a JSON object, got {type(value).__name__}",
-                                "not_an_object")
-                continue
-            yield RawRecord(lineno, text, value)
+    yield from iter_jsonl_bytes(path.read_bytes())
+
+
+def iter_json_document(
+    data: bytes, *, keyed: bool = False, list_key: str | None = None
+) -> Iterator[RawRecord]:
+    """Records of a whole-file JSON document: each element of a list, each value of an
+    object keyed by id (``keyed``), or the single object itself.
+
+    A document that does not parse yields one quarantinable record at line 1, so the
+    file still shows up in the accounting. ``line`` is the 1-based record index.
+    """
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if _looks_binary(data[:65536]):
+        yield RawRecord(1, data[:2000].decode("utf-8", "replace"), None,
+                        "binary data, not a JSON document", "binary_data")
+        return
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        text = data.decode("utf-8", "replace")
+        repairs: tuple[str, ...] = (f"invalid_utf8_replaced: {exc.reason} at byte {exc.start}",)
+    else:
+        repairs = ()
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        reason = "truncated_record" if exc.pos >= len(text.rstrip()) - 1 else "invalid_json"
+        yield RawRecord(1, text, None, f"whole-file JSON does not parse: {exc}", reason)
+        return
+    except RecursionError:
+        yield RawRecord(1, text, None, "JSON nested too deeply to read", "too_deep")
+        return
+    if list_key and isinstance(doc, dict) and isinstance(doc.get(list_key), list):
+        doc = doc[list_key]
+    if isinstance(doc, list):
+        items: list[tuple[str | None, Any]] = [(None, v) for v in doc]
+    elif isinstance(doc, dict) and keyed:
+        items = [(str(k), v) for k, v in doc.items()]
+    elif isinstance(doc, dict):
+        items = [(None, doc)]
+    else:
+        yield RawRecord(1, text, None,
+                        f"expected a JSON list or object, got {type(doc).__name__}",
+                        "not_an_object")
+        return
+    for index, (key, value) in enumerate(items):
+        raw = _dump(value)
+        if not isinstance(value, dict):
+            yield RawRecord(index + 1, raw, None,
+                            f"expected a JSON object, got {type(value).__name__}",
+                            "not_an_object", key=key)
+            continue
+        yield RawRecord(index + 1, raw, value, repairs=repairs, key=key)
+
+
+def _dump(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)[:10000]
+
+
+def _parses(data: bytes) -> bool:
+    try:
+        json.loads(data.decode("utf-8", "replace"))
+    except (json.JSONDecodeError, RecursionError):
+        return False
+    return True
+
+
+def iter_records(data: bytes) -> Iterator[RawRecord]:
+    """JSON list, single (pretty-printed) object, or JSONL, decided from the first line.
+
+    Many files named ``.json`` are JSONL (BFCL) and many ``.jsonl`` consumers also get
+    lists; a first line that is a complete JSON value means JSONL.
+    """
+    body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+    stripped = body.strip()
+    first, _, rest = stripped.partition(b"\n")
+    if stripped[:1] in (b"[", b"{") and (not rest.strip() or not _parses(first)):
+        yield from iter_json_document(body)
+        return
+    yield from iter_jsonl_bytes(body)
 
 
 class FormatParser(Protocol):
@@ -113,6 +237,7 @@ def make_context(
         batch=batch,
         source_file=source_file or path.name,
         registry=registry or default_registry(),
+        path=path,
     )
 
 
@@ -123,7 +248,10 @@ __all__ = [
     "RawRecord",
     "Trajectory",
     "excerpt",
+    "iter_json_document",
     "iter_jsonl",
+    "iter_jsonl_bytes",
+    "iter_records",
     "make_context",
     "trajectory_id",
 ]

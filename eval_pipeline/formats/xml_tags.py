@@ -1,35 +1,43 @@
 """The original tool's format: JSONL records whose ``raw_response`` holds XML-ish tags.
 
 ``<think>`` reasoning, a tool tag from the registry (``<microsandbox>``, ``<deepsearch>`` ...)
-wrapping an action tag, ``<result>`` with the tool output and ``<answer>``. Real logs leave
-``<answer>`` unclosed and nest oddly, so spans are found with tolerant regexes and overlaps
-resolved by position rather than by an XML parser that would reject the text.
+wrapping an action tag, the self-closing ``<execute_tools />`` trigger, ``<result>`` with the
+tool output and ``<answer>``; the newer dialect writes ``<tool_call>{"name", "arguments"}
+</tool_call>`` instead of a tool tag. Real logs leave ``<answer>`` unclosed, nest oddly,
+echo a parameter schema in a ``<result>`` after a ``<tool_param>`` lookup and run to 300 kB,
+so the text is scanned once for tags and each opening tag is paired with its first closing
+tag by binary search: no XML parser that would reject the text, and no backtracking regex
+that goes quadratic on a large record full of unclosed tags.
 """
 
 from __future__ import annotations
 
+import bisect
+import json
 import re
-from functools import lru_cache
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from eval_pipeline.formats.base import ParseContext, iter_jsonl, trajectory_id
-from eval_pipeline.models import ParseResult, Step, Trajectory
+from eval_pipeline.formats.base import ParseContext, RawRecord
+from eval_pipeline.formats.records import (
+    JsonRecordsParser,
+    RecordError,
+    as_bool,
+    as_float,
+    as_str,
+)
+from eval_pipeline.models import GENERIC_TOOL_TYPE, Step, Trajectory
 from eval_pipeline.tool_registry import ToolRegistry
 
 FORMAT_NAME = "xml_tags"
 REQUIRED_FIELDS = ("raw_response",)
 _INNER_ACTION = re.compile(r"^\s*<([A-Za-z_][\w.-]*)(?:\s[^>]*)?>(.*?)</\1>\s*$", re.DOTALL)
-
-
-@lru_cache(maxsize=32)
-def _span_pattern(tool_tags: tuple[str, ...]) -> re.Pattern[str]:
-    tools = "|".join(re.escape(t) for t in tool_tags) or "(?!x)x"
-    return re.compile(
-        r"<(?P<tag>think|result|tool_param|" + tools + r")(?:\s[^>]*)?>(?P<body>.*?)</(?P=tag)>"
-        r"|<answer(?:\s[^>]*)?>(?P<answer>.*?)(?:</answer>|$)",
-        re.DOTALL | re.IGNORECASE,
-    )
+_OPEN = re.compile(r"<([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>")
+_CLOSE = re.compile(r"</([A-Za-z_][\w.-]*)\s*>")
+_TRIGGER = re.compile(r"\s*<(?:execute_tools\s*/?>|result\b)", re.IGNORECASE)
+_CLIP_EVALUATION = re.compile(r"\n?<clip_evaluation>.*?</clip_evaluation>\n?", re.DOTALL)
+_CONTROL_TAGS = {"think", "result", "tool_param", "answer", "tool_call"}
 
 
 def split_action(body: str) -> tuple[str | None, str]:
@@ -40,119 +48,183 @@ def split_action(body: str) -> tuple[str | None, str]:
     return None, body.strip()
 
 
-def parse_xml_response(text: str, registry: ToolRegistry) -> list[Step]:
-    """Cut a raw_response into canonical steps with offsets; text between tags is kept too."""
-    pattern = _span_pattern(tuple(registry.tool_tags))
+def parse_tool_call_json(body: str) -> tuple[str | None, str, str | None]:
+    """The newer dialect's ``{"name": .., "arguments": ..}``: (name, input text, call id)."""
+    try:
+        value = json.loads(body)
+    except (json.JSONDecodeError, RecursionError):
+        match = re.search(r'"name"\s*:\s*"([^"]+)"', body)
+        return (match.group(1) if match else None), body.strip(), None
+    if not isinstance(value, dict):
+        return None, body.strip(), None
+    name = value.get("name")
+    args = value.get("arguments", value.get("parameters", value.get("args")))
+    tool_input = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    call_id = value.get("id")
+    return (str(name) if name is not None else None), tool_input, as_str(call_id)
+
+
+@dataclass
+class XmlAnalysis:
+    steps: list[Step]
+    notes: list[str] = field(default_factory=list)
+
+
+class _Closes:
+    """Closing-tag positions per tag name, for O(log n) pairing."""
+
+    def __init__(self, text: str) -> None:
+        self.starts: dict[str, list[int]] = {}
+        self.ends: dict[str, list[int]] = {}
+        for m in _CLOSE.finditer(text):
+            tag = m.group(1).lower()
+            self.starts.setdefault(tag, []).append(m.start())
+            self.ends.setdefault(tag, []).append(m.end())
+
+    def first_after(self, tag: str, pos: int) -> tuple[int, int] | None:
+        starts = self.starts.get(tag)
+        if not starts:
+            return None
+        i = bisect.bisect_left(starts, pos)
+        if i == len(starts):
+            return None
+        return starts[i], self.ends[tag][i]
+
+
+def analyze_xml_response(text: str, registry: ToolRegistry) -> XmlAnalysis:
+    """Cut a raw_response into canonical steps with offsets, noting every repair made."""
+    tool_tags = set(registry.tool_tags)
+    closes = _Closes(text)
     steps: list[Step] = []
+    notes: list[str] = []
     cursor = 0
-    for match in pattern.finditer(text):
-        start, end = match.span()
-        gap = text[cursor:start]
-        if gap.strip():
-            steps.append(Step(kind="text", content=gap.strip(), start=cursor, end=start))
-        cursor = end
-        if match.group("answer") is not None:
-            steps.append(
-                Step(kind="answer", content=match.group("answer").strip(), start=start, end=end)
-            )
+    after_tool_param = False
+
+    def gap(upto: int) -> None:
+        piece = text[cursor:upto]
+        if piece.strip():
+            steps.append(Step(kind="text", content=piece.strip(), start=cursor, end=upto))
+
+    for m in _OPEN.finditer(text):
+        if m.start() < cursor or m.group(0).endswith("/>"):
             continue
-        tag = match.group("tag").lower()
-        body = match.group("body")
+        tag = m.group(1).lower()
+        close = closes.first_after(tag, m.end())
+        # An unregistered server tag is still a tool call when a trigger or a result
+        # follows it; it is scored with the generic rubric and reported, not dropped.
+        unregistered = tag not in _CONTROL_TAGS and tag not in tool_tags
+        if unregistered and (close is None or not _TRIGGER.match(text, close[1])):
+            continue
+        if close is None:
+            if tag == "answer":
+                close = (len(text), len(text))
+                notes.append("unclosed <answer> read to the end of the response")
+            else:
+                notes.append(f"unclosed <{tag}> at char {m.start()} kept as text")
+                continue
+        start, end = m.start(), close[1]
+        body = text[m.end():close[0]]
+        if re.search(rf"<{re.escape(tag)}[\s>]", body):
+            notes.append(f"nested <{tag}> at char {m.start()} paired with the first close")
+        gap(start)
+        cursor = end
         if tag == "think":
             steps.append(Step(kind="thought", content=body.strip(), start=start, end=end))
-        elif tag == "result":
-            steps.append(Step(kind="tool_result", content=body.strip(), start=start, end=end))
+        elif tag == "answer":
+            steps.append(Step(kind="answer", content=body.strip(), start=start, end=end))
         elif tag == "tool_param":
             # A parameter-schema lookup, not a tool call: the original tool does not count it.
-            steps.append(Step(kind="text", content=match.group(0), start=start, end=end))
+            steps.append(Step(kind="text", content=text[start:end], start=start, end=end,
+                              tool_name="tool_param"))
+            after_tool_param = True
+            continue
+        elif tag == "result":
+            if after_tool_param:
+                # The schema echo of a <tool_param> lookup; the real result follows the call.
+                steps.append(Step(kind="text", content=body.strip(), start=start, end=end,
+                                  tool_name="tool_param"))
+            else:
+                steps.append(Step(kind="tool_result", content=body.strip(), start=start,
+                                  end=end))
+        elif tag == "tool_call":
+            name, tool_input, call_id = parse_tool_call_json(body)
+            if name is None:
+                notes.append(f"<tool_call> at char {start} has no readable name")
+            steps.append(Step(
+                kind="tool_call", content=text[start:end], start=start, end=end,
+                tool_name=name or "unknown", tool_type=registry.tool_type_for_name(name),
+                tool_input=tool_input, tool_call_id=call_id,
+            ))
         else:
             action, tool_input = split_action(body)
-            steps.append(
-                Step(
-                    kind="tool_call",
-                    content=match.group(0),
-                    start=start,
-                    end=end,
-                    tool_name=action or tag,
-                    tool_type=registry.tool_type_for_tag(tag),
-                    tool_input=tool_input,
-                )
-            )
-    tail = text[cursor:]
-    if tail.strip():
-        steps.append(Step(kind="text", content=tail.strip(), start=cursor, end=len(text)))
-    return steps
+            tool_type = registry.tool_type_for_tag(tag)
+            if tool_type == GENERIC_TOOL_TYPE:
+                tool_type = registry.tool_type_for_name(action or tag)
+            steps.append(Step(
+                kind="tool_call", content=text[start:end], start=start, end=end,
+                tool_name=action or tag, tool_type=tool_type, tool_input=tool_input,
+            ))
+        after_tool_param = False
+    gap(len(text))
+    if not any(s.kind != "text" for s in steps):
+        notes.append("no tags: the whole response is one text step")
+    return XmlAnalysis(steps, notes)
 
 
-def _as_bool(value: Any) -> bool | None:
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, str) and value.strip().lower() in {"true", "false"}:
-        return value.strip().lower() == "true"
-    if isinstance(value, int | float):
-        return bool(value)
-    return None
+def parse_xml_response(text: str, registry: ToolRegistry) -> list[Step]:
+    """Cut a raw_response into canonical steps with offsets; text between tags is kept too."""
+    return analyze_xml_response(text, registry).steps
 
 
-def _as_float(value: Any) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+def strip_clip_evaluations(text: str) -> tuple[str, list[str]]:
+    """Undo the evaluator's output: the response without its ``<clip_evaluation>`` blocks."""
+    blocks = [m.group(0).strip() for m in _CLIP_EVALUATION.finditer(text)]
+    return _CLIP_EVALUATION.sub("\n", text) if blocks else text, blocks
 
 
-class XmlTagParser:
-    """JSONL with ``task_id``, ``task_description``, ``raw_response`` and friends."""
+class XmlTagParser(JsonRecordsParser):
+    """JSONL with ``task_id``, ``task_description``, ``raw_response`` and friends.
+
+    Also reads the evaluator's own output (``full_response_with_evaluation``): the
+    evaluation blocks are removed from the text and kept in ``extra``.
+    """
 
     name: ClassVar[str] = FORMAT_NAME
     known_fields: ClassVar[set[str]] = {
         "timestamp", "task_id", "task_description", "duration", "success", "final_result",
-        "raw_response",
+        "raw_response", "full_response_with_evaluation",
     }
 
     def sniff(self, path: Path, head: str) -> float:
-        if '"raw_response"' in head:
+        if '"raw_response"' in head or '"full_response_with_evaluation"' in head:
             return 0.9
         return 0.0
 
-    def parse(self, path: Path, ctx: ParseContext) -> ParseResult:
-        result = ParseResult()
-        for index, rec in enumerate(iter_jsonl(path)):
-            if rec.error:
-                result.quarantined.append(
-                    ctx.quarantine(rec.line, rec.reason or "unreadable", rec.error, rec.text,
-                                   self.name)
-                )
-                continue
-            value: dict[str, Any] = rec.value
-            raw = value.get("raw_response")
-            if not isinstance(raw, str):
-                reason = "missing_field" if raw is None else "wrong_type"
-                result.quarantined.append(
-                    ctx.quarantine(rec.line, reason,
-                                   f"raw_response must be a string, got {type(raw).__name__}",
-                                   rec.text, self.name)
-                )
-                continue
-            task_id = value.get("task_id")
-            result.trajectories.append(
-                Trajectory(
-                    trajectory_id=trajectory_id(ctx.source_file, index, rec.text),
-                    batch=ctx.batch,
-                    source_file=ctx.source_file,
-                    source_line=rec.line,
-                    source_format=self.name,
-                    task_id=str(task_id) if task_id is not None else f"line{rec.line}",
-                    task_description=str(value.get("task_description") or ""),
-                    raw_response=raw,
-                    steps=parse_xml_response(raw, ctx.registry),
-                    success=_as_bool(value.get("success")),
-                    final_result=(None if value.get("final_result") is None
-                                  else str(value.get("final_result"))),
-                    duration=_as_float(value.get("duration")),
-                    timestamp=(None if value.get("timestamp") is None
-                               else str(value.get("timestamp"))),
-                    extra={k: v for k, v in value.items() if k not in self.known_fields},
-                )
-            )
-        return result
+    def build(self, value: dict[str, Any], rec: RawRecord, ctx: ParseContext,
+              index: int) -> Trajectory:
+        extra = {k: v for k, v in value.items() if k not in self.known_fields}
+        raw = value.get("raw_response")
+        if raw is None and isinstance(value.get("full_response_with_evaluation"), str):
+            raw, blocks = strip_clip_evaluations(value["full_response_with_evaluation"])
+            extra["clip_evaluations"] = blocks
+        if not isinstance(raw, str):
+            reason = "missing_field" if raw is None else "wrong_type"
+            raise RecordError(reason, f"raw_response must be a string, got {type(raw).__name__}")
+        analysis = analyze_xml_response(raw, ctx.registry)
+        if analysis.notes:
+            extra["tag_notes"] = analysis.notes
+        if "success" not in value:
+            extra["success_missing"] = True
+        task_id = value.get("task_id")
+        return self.trajectory(
+            rec, ctx, index,
+            task_id=as_str(task_id) if task_id is not None else f"line{rec.line}",
+            task_description=as_str(value.get("task_description")) or "",
+            raw_response=raw,
+            steps=analysis.steps,
+            success=as_bool(value.get("success")),
+            final_result=as_str(value.get("final_result")),
+            duration=as_float(value.get("duration")),
+            timestamp=as_str(value.get("timestamp")),
+            extra=extra,
+        )

@@ -1,0 +1,169 @@
+"""The shared record loop: every JSON-based parser quarantines the same way.
+
+A parser subclass only says how one JSON object becomes a trajectory (``build``); reading,
+quarantining, repair notes, unregistered-tool reports and duplicate task ids are handled
+here once, so ``len(trajectories) + len(quarantined) == records read`` holds for every
+format without each parser re-implementing it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import ValidationError
+
+from eval_pipeline.formats.base import (
+    ParseContext,
+    RawRecord,
+    iter_json_document,
+    iter_records,
+    trajectory_id,
+)
+from eval_pipeline.models import GENERIC_TOOL_TYPE, ParseResult, Step, Trajectory
+
+
+class RecordError(Exception):
+    """A record that cannot become a trajectory; ``reason`` is the quarantine category."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def require(value: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    """Fetch a required field or raise the quarantine reason a reader expects."""
+    if key not in value or value[key] is None:
+        raise RecordError("missing_field", f"required field {key!r} is missing")
+    got = value[key]
+    kinds = _as_tuple(kind)
+    if (isinstance(got, bool) and bool not in kinds) or not isinstance(got, kinds):
+        raise RecordError(
+            "wrong_type", f"field {key!r} must be {_names(kind)}, got {type(got).__name__}"
+        )
+    return got
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _names(kind: type | tuple[type, ...]) -> str:
+    return " or ".join(k.__name__ for k in _as_tuple(kind))
+
+
+def as_bool(value: Any) -> bool | None:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str) and value.strip().lower() in {"true", "false"}:
+        return value.strip().lower() == "true"
+    if isinstance(value, int | float):
+        return bool(value)
+    return None
+
+
+def as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def as_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def unregistered_tools(steps: list[Step]) -> list[str]:
+    """Tool names the registry does not know: scored with ``generic`` and reported."""
+    return sorted({s.tool_name or "?" for s in steps
+                   if s.kind == "tool_call" and s.tool_type == GENERIC_TOOL_TYPE})
+
+
+class JsonRecordsParser:
+    """Base for formats whose records are JSON objects (JSONL, a JSON list, or keyed)."""
+
+    name: ClassVar[str] = ""
+    #: True for formats that are one JSON document per file (a list or a keyed object):
+    #: a file that does not parse becomes one quarantined record instead of many.
+    whole_file: ClassVar[bool] = False
+    keyed: ClassVar[bool] = False
+
+    def records(self, path: Path) -> Iterator[RawRecord]:
+        data = path.read_bytes()
+        if self.whole_file:
+            return iter_json_document(data, keyed=self.keyed)
+        return iter_records(data)
+
+    def build(self, value: dict[str, Any], rec: RawRecord, ctx: ParseContext,
+              index: int) -> Trajectory:
+        raise NotImplementedError
+
+    def trajectory(self, rec: RawRecord, ctx: ParseContext, index: int, **fields: Any
+                   ) -> Trajectory:
+        """A trajectory with the identity fields every format shares filled in."""
+        fields.setdefault("task_id", f"{Path(ctx.source_file).stem}:{rec.line}")
+        fields.setdefault("task_description", "")
+        return Trajectory(
+            trajectory_id=trajectory_id(ctx.source_file, index, rec.text),
+            batch=ctx.batch,
+            source_file=ctx.source_file,
+            source_line=rec.line,
+            source_format=self.name,
+            **fields,
+        )
+
+    def duplicate_key(self, traj: Trajectory) -> str:
+        """What makes two records the same task run (tau-bench adds the trial)."""
+        return traj.task_id
+
+    def parse(self, path: Path, ctx: ParseContext) -> ParseResult:
+        result = ParseResult()
+        first_by_task: dict[str, str] = {}
+        for index, rec in enumerate(self.records(path)):
+            if rec.error or rec.value is None:
+                result.quarantined.append(ctx.quarantine(
+                    rec.line, rec.reason or "unreadable", rec.error or "no value", rec.text,
+                    self.name))
+                continue
+            try:
+                traj = self.build(rec.value, rec, ctx, index)
+            except RecordError as exc:
+                result.quarantined.append(
+                    ctx.quarantine(rec.line, exc.reason, str(exc), rec.text, self.name))
+                continue
+            except ValidationError as exc:
+                result.quarantined.append(ctx.quarantine(
+                    rec.line, "wrong_type", f"field does not fit the schema: {exc}"[:2000],
+                    rec.text, self.name))
+                continue
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError,
+                    RecursionError) as exc:
+                result.quarantined.append(ctx.quarantine(
+                    rec.line, "malformed_record", f"{type(exc).__name__}: {exc}"[:2000],
+                    rec.text, self.name))
+                continue
+            finish(traj, rec.repairs, first_by_task, self.duplicate_key(traj))
+            result.trajectories.append(traj)
+        return result
+
+
+def finish(traj: Trajectory, repairs: tuple[str, ...], first_by_task: dict[str, str],
+           key: str | None = None) -> None:
+    """Record repairs, unknown tools and duplicate task ids on a kept trajectory."""
+    if repairs:
+        traj.extra.setdefault("repairs", []).extend(repairs)
+    unknown = unregistered_tools(traj.steps)
+    if unknown:
+        traj.extra["unregistered_tools"] = unknown
+    key = traj.task_id if key is None else key
+    first = first_by_task.get(key)
+    if first is None:
+        first_by_task[key] = traj.trajectory_id
+    else:
+        traj.extra["duplicate_of"] = first
