@@ -26,7 +26,7 @@ from eval_pipeline.judges.errors import (
     TransientJudgeError,
     redact,
 )
-from eval_pipeline.judges.presets import resolve_endpoint
+from eval_pipeline.judges.presets import call_identity, resolve_endpoint
 from eval_pipeline.judges.schema import SCHEMA_NAME, validate_reply_data, wire_schema
 
 _TOOL_DESCRIPTION = "Record the evaluation of the clip: one score per criterion, a summary, "\
@@ -63,13 +63,7 @@ class AnthropicJudge:
         return self._secrets
 
     def cache_identity(self) -> dict[str, Any]:
-        return {
-            "provider": self.provider,
-            "base_url": self.endpoint.base_url.rstrip("/"),
-            "model": self.model,
-            "max_tokens": self.config.max_tokens,
-            "output_mode": "tool",
-        }
+        return call_identity(self.config)
 
     async def score(self, request: JudgeRequest) -> JudgeReply:
         tool: dict[str, Any] = {

@@ -25,11 +25,9 @@ from eval_pipeline.judges.errors import (
     TransientJudgeError,
     redact,
 )
-from eval_pipeline.judges.presets import resolve_endpoint
+from eval_pipeline.judges.presets import call_identity, resolve_endpoint, sends_temperature
 from eval_pipeline.judges.schema import SCHEMA_NAME, parse_reply_text, wire_schema
 
-# Reasoning models reject a temperature other than the default.
-_NO_TEMPERATURE_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 _FATAL_STATUSES = {401, 402, 403, 404}
 
 
@@ -50,9 +48,7 @@ class OpenAIJudge:
         self.endpoint = endpoint
         self.config = config
         self._secrets = (api_key,)
-        self._send_temperature = not (
-            config.provider == "openai" and self.model.startswith(_NO_TEMPERATURE_PREFIXES)
-        )
+        self._send_temperature = sends_temperature(config, endpoint)
         self._client = AsyncOpenAI(
             # Local servers ignore the key, but the SDK insists on one.
             api_key=api_key or "no-key-needed",
@@ -71,14 +67,7 @@ class OpenAIJudge:
 
     def cache_identity(self) -> dict[str, Any]:
         """Everything besides the prompt and schema that shapes the answer."""
-        return {
-            "provider": self.provider,
-            "base_url": self.endpoint.base_url.rstrip("/"),
-            "model": self.model,
-            "temperature": self.config.temperature if self._send_temperature else None,
-            "max_tokens": self.config.max_tokens,
-            "output_mode": self.endpoint.output_mode,
-        }
+        return call_identity(self.config)
 
     def _response_format(self, metrics: list[str]) -> dict[str, Any]:
         if self.endpoint.output_mode == "json_schema":

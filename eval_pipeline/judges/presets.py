@@ -126,3 +126,33 @@ def resolve_endpoint(config: JudgeConfig) -> ResolvedEndpoint:
         tokens_param=preset.tokens_param if preset else "max_tokens",
         local=preset.local if preset else False,
     )
+
+
+# Reasoning models reject a temperature other than the default, so none is sent.
+_NO_TEMPERATURE_PREFIXES = ("o1", "o3", "o4", "gpt-5")
+
+
+def sends_temperature(config: JudgeConfig, endpoint: ResolvedEndpoint) -> bool:
+    if endpoint.provider == "anthropic":
+        return False  # the installed SDK's messages.create has no temperature parameter
+    return not (endpoint.provider == "openai"
+                and endpoint.model.startswith(_NO_TEMPERATURE_PREFIXES))
+
+
+def call_identity(config: JudgeConfig) -> dict[str, object]:
+    """Everything besides prompt and schema that shapes a judge's answer: the cache key's
+    judge part. Computable without a key or a client, so a dry run can consult the cache."""
+    endpoint = resolve_endpoint(config)
+    return {
+        "provider": endpoint.provider,
+        "base_url": endpoint.base_url.rstrip("/"),
+        "model": endpoint.model,
+        "temperature": config.temperature if sends_temperature(config, endpoint) else None,
+        "max_tokens": config.max_tokens,
+        "output_mode": endpoint.output_mode,
+    }
+
+
+def effective_model(config: JudgeConfig) -> str:
+    """The model a judge really calls (a preset fills it in when the file leaves it out)."""
+    return config.model if config.provider == "heuristic" else resolve_endpoint(config).model

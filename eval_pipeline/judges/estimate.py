@@ -1,0 +1,126 @@
+"""Dry run: how many calls, tokens and dollars a batch would cost, without calling anything.
+
+Prompts are rendered exactly as the runner would render them. The context chain of a
+trajectory is followed through the cache while it hits (a cached clip costs nothing and
+its summary is known); past the first miss the earlier summaries are unknown, so a
+typical summary length stands in for each. Output tokens are a typical JSON answer;
+``max_cost_usd`` assumes every call uses its whole ``max_tokens``, the bound the budget
+guard reserves against. Repair attempts and retries are not included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+from tabulate import tabulate
+
+from eval_pipeline.judges._common import estimate_tokens
+from eval_pipeline.judges.cache import JudgeCache, cache_key
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.judges.presets import call_identity, resolve_endpoint
+from eval_pipeline.judges.pricing import price_for
+from eval_pipeline.judges.runner import ClipTask, build_request
+
+TYPICAL_OUTPUT_TOKENS = 350
+_PLACEHOLDER_SUMMARY = " [Previous: " + "x" * 140 + "]"
+
+
+class JudgeEstimate(BaseModel):
+    judge: str
+    provider: str
+    model: str
+    clips: int
+    calls: int
+    cached: int
+    est_tokens_in: int
+    est_tokens_out: int
+    est_cost_usd: float | None
+    max_cost_usd: float | None
+    budget_usd: float | None = None
+
+    @property
+    def over_budget(self) -> bool:
+        return (self.budget_usd is not None and self.est_cost_usd is not None
+                and self.est_cost_usd > self.budget_usd)
+
+
+class DryRunEstimate(BaseModel):
+    judges: list[JudgeEstimate]
+
+    @property
+    def calls(self) -> int:
+        return sum(j.calls for j in self.judges)
+
+    @property
+    def est_tokens(self) -> int:
+        return sum(j.est_tokens_in + j.est_tokens_out for j in self.judges)
+
+    @property
+    def est_cost_usd(self) -> float:
+        return sum(j.est_cost_usd or 0.0 for j in self.judges)
+
+    @property
+    def max_cost_usd(self) -> float:
+        return sum(j.max_cost_usd or 0.0 for j in self.judges)
+
+    def to_table(self) -> str:
+        def usd(value: float | None) -> str:
+            return "unpriced" if value is None else f"${value:.4f}"
+
+        rows = [[j.judge, j.provider, j.model, j.clips, j.calls, j.cached, j.est_tokens_in,
+                 j.est_tokens_out, usd(j.est_cost_usd), usd(j.max_cost_usd),
+                 "-" if j.budget_usd is None else
+                 f"${j.budget_usd:.2f}{' (over)' if j.over_budget else ''}"]
+                for j in self.judges]
+        rows.append(["total", "", "", "", self.calls, sum(j.cached for j in self.judges),
+                     sum(j.est_tokens_in for j in self.judges),
+                     sum(j.est_tokens_out for j in self.judges), usd(self.est_cost_usd),
+                     usd(self.max_cost_usd), ""])
+        headers = ["judge", "provider", "model", "clips", "calls", "cached", "tokens in",
+                   "tokens out", "est. cost", "max cost", "budget"]
+        return tabulate(rows, headers=headers, tablefmt="simple")
+
+
+def _estimate_one(tasks: Sequence[ClipTask], config: JudgeConfig,
+                  cache: JudgeCache | None, output_tokens: int) -> JudgeEstimate:
+    if config.provider == "heuristic":
+        return JudgeEstimate(judge=config.name, provider="heuristic", model=config.model,
+                             clips=len(tasks), calls=0, cached=0, est_tokens_in=0,
+                             est_tokens_out=0, est_cost_usd=0.0, max_cost_usd=0.0)
+    endpoint = resolve_endpoint(config)
+    identity = call_identity(config)
+    price = price_for(config, endpoint.model, local=endpoint.local)
+    by_trajectory: dict[str, list[ClipTask]] = {}
+    for task in tasks:
+        by_trajectory.setdefault(task.trajectory_id, []).append(task)
+    calls = cached = tokens_in = 0
+    for trajectory in by_trajectory.values():
+        context, hits_so_far = "", True
+        for task in sorted(trajectory, key=lambda t: t.clip_index):
+            request = build_request(task, context.strip())
+            hit = cache.get(cache_key(identity, request)) if cache and hits_so_far else None
+            if hit is not None:
+                cached += 1
+                context += f" [Previous: {hit.summary}]"
+                continue
+            hits_so_far = False
+            calls += 1
+            tokens_in += estimate_tokens(request.system_prompt, request.user_prompt)
+            context += _PLACEHOLDER_SUMMARY
+    tokens_out = calls * min(output_tokens, config.max_tokens)
+    return JudgeEstimate(
+        judge=config.name, provider=config.provider, model=endpoint.model, clips=len(tasks),
+        calls=calls, cached=cached, est_tokens_in=tokens_in, est_tokens_out=tokens_out,
+        est_cost_usd=price.cost(tokens_in, tokens_out) if price else None,
+        max_cost_usd=price.cost(tokens_in, calls * config.max_tokens) if price else None,
+        budget_usd=config.budget_usd,
+    )
+
+
+def estimate_cost(tasks: Sequence[ClipTask], configs: Sequence[JudgeConfig], *,
+                  cache: JudgeCache | None = None,
+                  output_tokens: int = TYPICAL_OUTPUT_TOKENS) -> DryRunEstimate:
+    """Estimate every judge's calls and cost for ``tasks``; no provider is contacted."""
+    return DryRunEstimate(judges=[_estimate_one(tasks, c, cache, output_tokens)
+                                  for c in configs])
