@@ -1,0 +1,107 @@
+"""Sensor and schedule evaluated directly against a real (temporary) instance."""
+
+import json
+import shutil
+from datetime import UTC, datetime
+
+import dagster as dg
+import pytest
+
+from eval_pipeline.automation import new_drop_sensor
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.partitions import BATCHES_PARTITION
+from eval_pipeline.settings import PipelineSettings
+from eval_pipeline_tests.dagster_helpers import build_definitions_for
+
+PER_BATCH = dg.AssetSelection.all() - dg.AssetSelection.assets("evaluation_report")
+
+
+@pytest.fixture
+def instance(tmp_path):
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as inst:
+        yield inst
+
+
+def _sensor(defs, instance, cursor=None):
+    context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
+                                      resources={"pipeline": defs.resources["pipeline"]})
+    return new_drop_sensor(context)
+
+
+def test_sensor_splits_new_drops_registers_partitions_and_requests_runs(
+        corpora_dir, tmp_path, instance):
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    shutil.copy(corpora_dir / "dataeva" / "demo02.jsonl", incoming / "demo02.jsonl")
+    defs = build_definitions_for(tmp_path)
+    result = _sensor(defs, instance)
+    keys = [f"demo02{i:02d}" for i in range(1, 11)]
+    assert [r.partition_key for r in result.run_requests] == keys
+    (add,) = result.dynamic_partitions_requests
+    assert add.partitions_def_name == BATCHES_PARTITION and list(add.partition_keys) == keys
+    assert (tmp_path / "batches" / "demo02" / "demo0210.jsonl").read_text().count("\n") == 7
+
+    # Same drop, same cursor: nothing to do.
+    instance.add_dynamic_partitions(BATCHES_PARTITION, keys)
+    again = _sensor(defs, instance, cursor=result.cursor)
+    assert isinstance(again, dg.SkipReason)
+
+    # A changed drop with fewer records re-splits, reruns and retires the vanished batches.
+    lines = (incoming / "demo02.jsonl").read_text("utf-8").splitlines()[:25]
+    (incoming / "demo02.jsonl").write_text("\n".join(lines) + "\n", "utf-8")
+    changed = _sensor(defs, instance, cursor=result.cursor)
+    assert [r.partition_key for r in changed.run_requests] == keys[:3]
+    assert all(r.run_key != old.run_key
+               for r, old in zip(changed.run_requests, result.run_requests, strict=False))
+    (delete,) = changed.dynamic_partitions_requests
+    assert list(delete.partition_keys) == keys[3:]
+    assert json.loads(changed.cursor)["demo02.jsonl"]["keys"] == keys[:3]
+
+
+def test_daily_schedule_requests_missing_then_changed_judges_only(
+        project_root, tmp_path, instance):
+    incoming = tmp_path / "incoming"
+    incoming.mkdir()
+    shutil.copy(project_root / "data" / "incoming" / "sample_agent_runs.jsonl", incoming)
+    defs = build_definitions_for(tmp_path)
+    sensed = _sensor(defs, instance)
+    instance.add_dynamic_partitions(BATCHES_PARTITION,
+                                    [r.partition_key for r in sensed.run_requests])
+    keys = instance.get_dynamic_partitions(BATCHES_PARTITION)
+
+    def tick(d):
+        schedule = d.resolve_schedule_def("daily_rerun_schedule")
+        context = dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=datetime(2026, 11, 22, 3, tzinfo=UTC),
+            resources={"pipeline": d.resources["pipeline"]},
+            repository_def=d.get_repository_def())
+        return schedule.evaluate_tick(context)
+
+    first = tick(defs)
+    assert sorted(r.partition_key for r in first.run_requests) == sorted(keys)
+    assert {r.tags["eval_pipeline/rerun_reason"] for r in first.run_requests} == {"missing"}
+
+    done = keys[0]
+    assert dg.materialize(list(defs.assets), selection=PER_BATCH, partition_key=done,
+                          instance=instance, resources=dict(defs.resources)).success
+    second = tick(defs)
+    assert done not in {r.partition_key for r in second.run_requests}
+
+    # A new model for the judge makes the scored batch stale, for that reason.
+    changed = build_definitions_for(tmp_path, [JudgeConfig(name="heuristic",
+                                                           model="heuristic-v2")])
+    third = tick(changed)
+    reasons = {r.partition_key: r.tags["eval_pipeline/rerun_reason"] for r in third.run_requests}
+    assert reasons[done] == "judge heuristic changed"
+
+    # New data in the batch file makes it stale too.
+    settings: PipelineSettings = defs.resources["pipeline"]
+    batch = next((settings.batches_path).glob(f"*/{done}.jsonl"))
+    manifest = batch.with_name(batch.name + ".manifest.json")
+    data = json.loads(manifest.read_text())
+    data["fingerprint"] = "changed"
+    manifest.write_text(json.dumps(data))
+    fourth = tick(defs)
+    reasons = {r.partition_key: r.tags["eval_pipeline/rerun_reason"] for r in fourth.run_requests}
+    assert reasons[done] == "new data"

@@ -1,0 +1,107 @@
+"""The console script end to end: real inputs, real Dagster runs, exported tables."""
+
+import json
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from eval_pipeline.cli import main
+
+
+@pytest.fixture(autouse=True)
+def dagster_home(tmp_path, monkeypatch):
+    home = tmp_path / "dagster_home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    return home
+
+
+def _non_blank_lines(paths) -> int:
+    return sum(1 for p in paths for line in p.read_bytes().splitlines() if line.strip())
+
+
+def _check_accounting(out, expected_records):
+    raw = pd.read_parquet(out / "raw_trajectories.parquet")
+    quarantine = pd.read_parquet(out / "quarantine.parquet")
+    kept = pd.read_parquet(out / "preprocessed_trajectories.parquet")
+    removed = pd.read_parquet(out / "preprocess_report.parquet")
+    assert len(raw) + len(quarantine) == expected_records
+    assert len(kept) + len(removed) == len(raw)
+    assert raw["trajectory_id"].is_unique
+    return raw, quarantine, kept, removed
+
+
+def test_cli_on_the_sample_data(project_root, tmp_path, capsys, dagster_home):
+    out = tmp_path / "out"
+    assert main(["run", str(project_root / "data"), "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    inputs = sorted((project_root / "data" / "incoming").glob("*.jsonl"))
+    raw, quarantine, kept, removed = _check_accounting(out, _non_blank_lines(inputs))
+    assert len(quarantine) >= 3 and len(removed) >= 2
+    for label in ["records read", "kept", "removed (preprocessing)", "quarantined", "clips",
+                  "judgments [heuristic]", "mean overall score", "clips: microsandbox"]:
+        assert label in printed
+    assert f"quarantined              {len(quarantine)}" in printed
+
+    evaluated = [json.loads(x) for x in (out / "evaluated.jsonl").read_text("utf-8").splitlines()]
+    assert len(evaluated) == len(kept)
+    first = evaluated[0]
+    assert {"task_id", "task_description", "raw_response", "full_response_with_evaluations",
+            "evaluation_metadata"} <= set(first)
+    assert {"total_clips", "successful_evaluations", "success_rate",
+            "overall_trajectory_score", "tool_averages"} <= set(first["evaluation_metadata"])
+    for name in ["raw_trajectories", "quarantine", "preprocessed_trajectories",
+                 "preprocess_report", "clips", "judgments__heuristic", "averaged_scores",
+                 "trajectory_summaries", "evaluation_report"]:
+        assert (out / f"{name}.parquet").exists(), name
+
+    # The runs are in the instance the UI reads, with their materializations.
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={"eval_pipeline/source": "cli"}))
+        assert len(runs) == len(list((out / "batches").glob("*/*.manifest.json"))) + 1
+        assert instance.get_latest_materialization_event(dg.AssetKey("evaluation_report"))
+
+
+def test_cli_on_demo02_gives_ten_batches_that_add_up(corpora_dir, tmp_path, capsys):
+    drop = corpora_dir / "dataeva" / "demo02.jsonl"
+    out = tmp_path / "out"
+    assert main(["run", str(drop), "--output", str(out), "--split-size", "10"]) == 0
+    raw, quarantine, kept, removed = _check_accounting(out, 97)
+    assert sorted(raw["batch"].unique()) == [f"demo02{i:02d}" for i in range(1, 11)]
+    assert raw.groupby("batch").size()["demo0210"] == 7
+    summaries = pd.read_parquet(out / "trajectory_summaries.parquet")
+    assert len(summaries) == len(kept)
+    report = pd.read_parquet(out / "evaluation_report.parquet").set_index("batch")
+    assert report.loc["ALL", "trajectories"] == len(kept)
+    assert "batches                  10" in capsys.readouterr().out
+
+
+def test_cli_accounts_for_every_agent_data_platform_record(corpora_dir, tmp_path):
+    folder = corpora_dir / "agent_data_platform"
+    out = tmp_path / "out"
+    assert main(["run", str(folder), "--output", str(out)]) == 0
+    raw, *_ = _check_accounting(out, _non_blank_lines(sorted(folder.glob("*.jsonl"))))
+    assert raw["source_file"].nunique() == len(list(folder.glob("*.jsonl")))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "no/such/input", "--output", "OUT"], "input not found"),
+    (["run", "data", "--output", "OUT", "--judges", "missing.yaml"], "judges file not found"),
+])
+def test_cli_reports_bad_input_clearly(project_root, tmp_path, capsys, args, message,
+                                       monkeypatch):
+    monkeypatch.chdir(project_root)
+    args = [a.replace("OUT", str(tmp_path / "o")) for a in args]
+    assert main(args) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_cli_rejects_bad_numbers_and_bad_judges_files(project_root, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(project_root / "data"), "--output", str(tmp_path), "--split-size", "0"])
+    assert exc.value.code == 2
+    bad = tmp_path / "judges.yaml"
+    bad.write_text("judges:\n  - name: Bad Name\n    provider: heuristic\n")
+    assert main(["run", str(project_root / "data"), "--output", str(tmp_path / "o"),
+                 "--judges", str(bad)]) == 1
+    assert "invalid judges file" in capsys.readouterr().err
