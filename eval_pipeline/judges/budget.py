@@ -1,14 +1,15 @@
 """A spend cap for one judge within one run.
 
 Before each call the worst case it can cost (estimated input plus ``max_tokens`` output) is
-reserved; once spend plus reservations would pass the cap the call is not made. The actual
-cost replaces the reservation when the call returns. Reserving the worst case is what makes
-the cap a cap: in-flight calls can never push the spend past it.
+reserved; the actual cost replaces the reservation when the call returns. Reserving the
+worst case is what makes the cap a cap: in-flight calls can never push spend past it.
+A call that does not fit waits for in-flight calls to settle (they usually cost far less
+than reserved) and is refused only if it cannot fit even with nothing in flight.
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
 
 
 class BudgetGuard:
@@ -17,23 +18,38 @@ class BudgetGuard:
         self.spent_usd = 0.0
         self.reserved_usd = 0.0
         self.refused = 0
-        self._lock = threading.Lock()
+        self._changed: asyncio.Condition | None = None
 
-    def try_reserve(self, worst_case_usd: float) -> bool:
-        with self._lock:
-            if self.budget_usd is not None and (
-                self.spent_usd + self.reserved_usd + worst_case_usd > self.budget_usd
-            ):
-                self.refused += 1
-                return False
+    def _fits(self, amount: float) -> bool:
+        return self.budget_usd is None or (
+            self.spent_usd + self.reserved_usd + amount <= self.budget_usd)
+
+    async def reserve(self, worst_case_usd: float) -> bool:
+        """Reserve ``worst_case_usd``; False means the call must not be made."""
+        if self.budget_usd is None:
+            return True
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        async with self._changed:
+            while not self._fits(worst_case_usd):
+                if self.reserved_usd <= 0:
+                    self.refused += 1
+                    return False
+                await self._changed.wait()
             self.reserved_usd += worst_case_usd
             return True
 
-    def settle(self, reserved_usd: float, actual_usd: float) -> None:
-        with self._lock:
-            self.reserved_usd = max(0.0, self.reserved_usd - reserved_usd)
-            self.spent_usd += actual_usd
+    async def settle(self, reserved_usd: float, actual_usd: float) -> None:
+        self.spent_usd += actual_usd
+        if self.budget_usd is None:
+            return
+        self.reserved_usd = max(0.0, self.reserved_usd - reserved_usd)
+        if self.reserved_usd < 1e-12:
+            self.reserved_usd = 0.0
+        if self._changed is not None:
+            async with self._changed:
+                self._changed.notify_all()
 
     def refusal_reason(self) -> str:
         return (f"budget cap reached: ${self.spent_usd:.4f} spent of "
-                f"${self.budget_usd:.4f}; call not made")
+                f"${self.budget_usd or 0:.4f}; call not made")

@@ -17,11 +17,13 @@ from aiolimiter import AsyncLimiter
 
 class CallLimiter:
     def __init__(self, concurrency: int = 4, requests_per_minute: float | None = None,
-                 tokens_per_minute: float | None = None) -> None:
+                 tokens_per_minute: float | None = None, period_s: float = 60.0) -> None:
+        """``period_s`` is the metering window; only tests shorten it."""
         self.concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
-        self._requests = AsyncLimiter(requests_per_minute, 60) if requests_per_minute else None
-        self._tokens = AsyncLimiter(tokens_per_minute, 60) if tokens_per_minute else None
+        self._requests = (AsyncLimiter(requests_per_minute, period_s)
+                          if requests_per_minute else None)
+        self._tokens = AsyncLimiter(tokens_per_minute, period_s) if tokens_per_minute else None
 
     @asynccontextmanager
     async def slot(self, estimated_tokens: int = 0) -> AsyncIterator[None]:

@@ -308,7 +308,7 @@ async def judge_one(judge: Judge, request: JudgeRequest,
     raw = ""
     for repair in (False, True):
         worst = runtime.worst_case_cost(attempt_request)
-        if not runtime.budget.try_reserve(worst):
+        if not await runtime.budget.reserve(worst):
             if not repair:
                 return finish("skipped", error=runtime.budget.refusal_reason())
             return finish("failed", raw=raw,
@@ -333,7 +333,7 @@ async def judge_one(judge: Judge, request: JudgeRequest,
         except Exception as exc:  # a provider bug must still leave a failed row, not a hole
             return finish("failed", error=f"{type(exc).__name__}: {exc}")
         finally:
-            runtime.budget.settle(
+            await runtime.budget.settle(
                 worst, runtime.cost(tally.tokens_in, tally.tokens_out) - spent_before)
         if key is not None and runtime.cache is not None:
             await runtime.cache.aput(key, judge.name, judge.model, reply)

@@ -93,6 +93,8 @@ class FakeLLMServer:
         self.score = score
         self.script: deque[Act] = deque()
         self.requests: list[Recorded] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -171,6 +173,17 @@ class FakeLLMServer:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 act = server._next(Recorded(self.path, headers, body, time.monotonic()))
                 n = server.calls
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    self._act(act, body, headers, n)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _act(self, act: Act, body: dict[str, Any], headers: dict[str, str],
+                     n: int) -> None:
                 if act.kind == "reset":
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                                struct.pack("ii", 1, 0))
