@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -166,7 +167,7 @@ def find_consecutive_duplicates(steps: Sequence[Step]) -> list[str]:
     calls = [s for s in steps if s.kind == "tool_call"]
     return [
         _call_signature(b)[:200]
-        for a, b in zip(calls, calls[1:], strict=False)
+        for a, b in pairwise(calls)
         if _call_signature(a) == _call_signature(b)
     ]
 

@@ -143,7 +143,8 @@ SUMMARY_COLUMNS = [
 
 def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
                            averaged: pd.DataFrame, model_names: Sequence[str]) -> pd.DataFrame:
-    clip_kind = averaged[averaged["evaluation_kind"] == "clip_rubric"] if len(averaged) else averaged
+    clip_kind = (averaged[averaged["evaluation_kind"] == "clip_rubric"] if len(averaged)
+                 else averaged)
     by_traj = {tid: g.sort_values("clip_index") for tid, g in clip_kind.groupby("trajectory_id")}
     ends = {
         (tid, int(ci)): int(end)

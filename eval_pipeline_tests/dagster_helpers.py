@@ -15,8 +15,7 @@ from eval_pipeline.splitting import split_drop
 
 def stage_drop(drop: Path, root: Path, instance: dg.DagsterInstance, split_size: int = 10
                ) -> tuple[list[str], dg.Definitions]:
-    batches, assets = root / "batches", root / "assets"
-    keys = [m.partition_key for m in split_drop(drop, batches, split_size)]
+    keys = [m.partition_key for m in split_drop(drop, root / "batches", split_size)]
     instance.add_dynamic_partitions(BATCHES_PARTITION, keys)
     return keys, build_definitions_for(root)
 

@@ -36,7 +36,7 @@ def test_cli_on_the_sample_data(project_root, tmp_path, capsys, dagster_home):
     assert main(["run", str(project_root / "data"), "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     inputs = sorted((project_root / "data" / "incoming").glob("*.jsonl"))
-    raw, quarantine, kept, removed = _check_accounting(out, _non_blank_lines(inputs))
+    _raw, quarantine, kept, removed = _check_accounting(out, _non_blank_lines(inputs))
     assert len(quarantine) >= 3 and len(removed) >= 2
     for label in ["records read", "kept", "removed (preprocessing)", "quarantined", "clips",
                   "judgments [heuristic]", "mean overall score", "clips: microsandbox"]:
@@ -66,7 +66,7 @@ def test_cli_on_demo02_gives_ten_batches_that_add_up(corpora_dir, tmp_path, caps
     drop = corpora_dir / "dataeva" / "demo02.jsonl"
     out = tmp_path / "out"
     assert main(["run", str(drop), "--output", str(out), "--split-size", "10"]) == 0
-    raw, quarantine, kept, removed = _check_accounting(out, 97)
+    raw, _quarantine, kept, _removed = _check_accounting(out, 97)
     assert sorted(raw["batch"].unique()) == [f"demo02{i:02d}" for i in range(1, 11)]
     assert raw.groupby("batch").size()["demo0210"] == 7
     summaries = pd.read_parquet(out / "trajectory_summaries.parquet")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 
 import yaml
@@ -66,7 +66,7 @@ def rubric_for(tool_type: str) -> Rubric:
     return table.get(tool_type) or table[GENERIC_TOOL_TYPE]
 
 
-@lru_cache(maxsize=None)
+@cache
 def template(name: str) -> str:
     return _read(f"templates/{name}.txt")
 

@@ -88,7 +88,7 @@ def test_report_over_all_batches_and_its_delta(project_root, tmp_path, instance)
                            resources=dict(defs.resources))
     report = pd.read_parquet(tmp_path / "assets" / "evaluation_report.parquet")
     # The batch never materialized is skipped, not an error.
-    assert list(report["batch"]) == keys[:2] + ["ALL"]
+    assert list(report["batch"]) == [*keys[:2], "ALL"]
     summaries = pd.concat(
         pd.read_parquet(tmp_path / "assets" / "trajectory_summaries" / f"{k}.parquet")
         for k in keys[:2])
