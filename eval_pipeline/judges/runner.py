@@ -145,11 +145,13 @@ def build_request(task: ClipTask, previous_context: str) -> JudgeRequest:
     )
 
 
-def repair_request(request: JudgeRequest, error: str, raw_response: str) -> JudgeRequest:
+def repair_request(request: JudgeRequest, error: str, raw_response: str,
+                   secrets: Sequence[str | None] = ()) -> JudgeRequest:
     """The same question again, with the rejected answer and why it was rejected."""
     note = (
         "\n\nYour previous reply could not be used: "
-        f"{error}\n\nYour previous reply was:\n{raw_response[:4000]}\n\n"
+        f"{redact(error, secrets)}\n\nYour previous reply was:\n"
+        f"{redact(raw_response[:4000], secrets)}\n\n"
         "Reply again with only the corrected JSON object: exactly the criteria listed "
         "above under \"scores\", each a number from 0.0 to 1.0, plus \"summary\" and "
         "\"reasoning\" strings."
@@ -322,7 +324,7 @@ async def judge_one(judge: Judge, request: JudgeRequest,
             raw = getattr(exc, "raw_response", "") or ""
             if not repair:
                 first_error = str(exc)
-                attempt_request = repair_request(request, first_error, raw)
+                attempt_request = repair_request(request, first_error, raw, secrets)
                 continue
             return finish("failed", raw=raw,
                           error=f"invalid output after one repair attempt: {exc} "
