@@ -16,7 +16,7 @@ import pandas as pd
 from eval_pipeline import ingest
 from eval_pipeline.assets.metadata import metric_means, preview
 from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline.judges.runner import JudgmentRow, run_judge
+from eval_pipeline.judges.runner import JudgmentRow, summarize_rows
 from eval_pipeline.partitions import batches_partitions_def
 from eval_pipeline.rubrics import templates_version
 from eval_pipeline.scoring import average_judgments
@@ -61,36 +61,35 @@ def build_judgment_asset(config: JudgeConfig) -> dg.AssetsDefinition:
     )
     async def _judgments(context: dg.AssetExecutionContext, clips: pd.DataFrame,
                          preprocessed_trajectories: pd.DataFrame):
-        judge = getattr(context.resources, key).build()
         tasks = ingest.clip_tasks(clips, preprocessed_trajectories)
-        rows = await run_judge(judge, tasks, concurrency=config.concurrency)
+        rows = await getattr(context.resources, key).run(tasks)
         table = pd.DataFrame([r.model_dump() for r in rows], columns=JUDGMENT_COLUMNS)
-        status = table["status"].value_counts().to_dict() if len(table) else {}
+        totals = summarize_rows(rows)
         ok = table[table["status"] == "ok"]
-        means = metric_means(ok["scores"])
-        bad = [
-            (r.trajectory_id, r.clip_index) for r in rows if r.status == "ok"
-            and any(not 0.0 <= v <= 1.0 for v in json.loads(r.scores).values())
-        ]
+        out_of_range = sum(
+            any(not 0.0 <= v <= 1.0 for v in json.loads(s).values()) for s in ok["scores"]
+        )
         yield dg.Output(table, metadata={
             "judge": config.name,
             "provider": config.provider,
             "model": config.model,
             "template_version": templates_version(),
-            "rows": len(table),
-            "ok": int(status.get("ok", 0)),
-            "failed": int(status.get("failed", 0)),
-            "skipped": int(status.get("skipped", 0)),
-            "cached": int(table["cached"].sum()) if len(table) else 0,
-            "tokens_in": int(table["tokens_in"].sum()) if len(table) else 0,
-            "tokens_out": int(table["tokens_out"].sum()) if len(table) else 0,
-            "cost_usd": dg.MetadataValue.float(round(float(table["cost_usd"].sum()), 6)
-                                               if len(table) else 0.0),
-            "metric_means": dg.MetadataValue.json(means),
+            "rows": totals.rows,
+            "ok": totals.ok,
+            "failed": totals.failed,
+            "skipped": totals.skipped,
+            "cached": totals.cached,
+            "repaired": totals.repaired,
+            "provider_calls": totals.calls,
+            "tokens_in": totals.tokens_in,
+            "tokens_out": totals.tokens_out,
+            "cost_usd": dg.MetadataValue.float(totals.cost_usd),
+            "metric_means": dg.MetadataValue.json(metric_means(ok["scores"])),
             "preview": preview(table, ["clip_index", "tool_type", "status", "scores",
                                        "summary", "error"]),
         })
-        yield dg.AssetCheckResult(passed=not bad, metadata={"out_of_range": len(bad)})
+        yield dg.AssetCheckResult(passed=out_of_range == 0,
+                                  metadata={"out_of_range": out_of_range})
 
     return _judgments
 
