@@ -105,8 +105,19 @@ def analyze_xml_response(text: str, registry: ToolRegistry) -> XmlAnalysis:
         if piece.strip():
             steps.append(Step(kind="text", content=piece.strip(), start=cursor, end=upto))
 
-    for m in _OPEN.finditer(text):
-        if m.start() < cursor or m.group(0).endswith("/>"):
+    opens = [m for m in _OPEN.finditer(text) if not m.group(0).endswith("/>")]
+    structural = [m.start() for m in opens
+                  if m.group(1).lower() in _CONTROL_TAGS or m.group(1).lower() in tool_tags]
+    same_tag: dict[str, list[int]] = {}
+    for m in opens:
+        same_tag.setdefault(m.group(1).lower(), []).append(m.start())
+
+    def next_open(positions: list[int], after: int) -> int | None:
+        i = bisect.bisect_left(positions, after)
+        return positions[i] if i < len(positions) else None
+
+    for m in opens:
+        if m.start() < cursor:
             continue
         tag = m.group(1).lower()
         close = closes.first_after(tag, m.end())
@@ -115,6 +126,14 @@ def analyze_xml_response(text: str, registry: ToolRegistry) -> XmlAnalysis:
         unregistered = tag not in _CONTROL_TAGS and tag not in tool_tags
         if unregistered and (close is None or not _TRIGGER.match(text, close[1])):
             continue
+        # A tag opened again before it closes was left unclosed: it ends where the next
+        # one starts. An unclosed <answer> (generation stopped on it) also ends at the next
+        # structural tag, so the steps the agent took after it are not swallowed.
+        limit = next_open(structural if tag == "answer" else same_tag[tag], m.end())
+        if limit is not None and (close is None or limit < close[0]):
+            end_at = m.start() + len(text[m.start():limit].rstrip())
+            close = (end_at, end_at)
+            notes.append(f"unclosed <{tag}> at char {m.start()} ended at the next tag")
         if close is None:
             if tag == "answer":
                 close = (len(text), len(text))
@@ -124,8 +143,6 @@ def analyze_xml_response(text: str, registry: ToolRegistry) -> XmlAnalysis:
                 continue
         start, end = m.start(), close[1]
         body = text[m.end():close[0]]
-        if re.search(rf"<{re.escape(tag)}[\s>]", body):
-            notes.append(f"nested <{tag}> at char {m.start()} paired with the first close")
         gap(start)
         cursor = end
         if tag == "think":
