@@ -1,0 +1,59 @@
+"""The dry run estimates calls, tokens and cost and contacts nobody."""
+
+from __future__ import annotations
+
+import pytest
+
+from eval_pipeline.judges.cache import JudgeCache
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.judges.estimate import TYPICAL_OUTPUT_TOKENS, estimate_cost
+from eval_pipeline_tests.judges.helpers import anthropic_config, openai_config, run
+
+
+def test_dry_run_counts_calls_and_cost_without_calling(openai_server, anthropic_server, tasks):
+    configs = [openai_config(openai_server), anthropic_config(anthropic_server),
+               JudgeConfig(name="heuristic"),
+               JudgeConfig(name="local", provider="openai_compatible", preset="ollama")]
+    estimate = estimate_cost(tasks, configs)
+    assert openai_server.calls == anthropic_server.calls == 0
+
+    gpt, claude, heuristic, local = estimate.judges
+    assert gpt.calls == claude.calls == len(tasks) and heuristic.calls == 0
+    assert gpt.est_tokens_out == len(tasks) * TYPICAL_OUTPUT_TOKENS
+    assert 100 * len(tasks) < gpt.est_tokens_in < 2000 * len(tasks)
+    assert gpt.est_cost_usd == pytest.approx(
+        (gpt.est_tokens_in * 0.40 + gpt.est_tokens_out * 1.60) / 1e6)
+    assert claude.est_cost_usd > gpt.est_cost_usd
+    assert gpt.max_cost_usd > gpt.est_cost_usd
+    assert local.est_cost_usd == 0.0 and local.model == "qwen2.5:7b"
+    assert estimate.calls == 3 * len(tasks)
+
+    table = estimate.to_table()
+    for needle in ("gpt", "claude", "heuristic", "total", "est. cost"):
+        assert needle in table
+
+
+def test_dry_run_follows_the_cache(openai_server, tasks, tmp_path):
+    cache = JudgeCache(tmp_path / "c.sqlite")
+    config = openai_config(openai_server)
+    run(config, tasks[:2], cache=cache)  # first two clips of t0 are judged
+    estimate = estimate_cost(tasks, [config], cache=cache).judges[0]
+    assert (estimate.cached, estimate.calls) == (2, len(tasks) - 2)
+
+    run(config, tasks, cache=cache)
+    assert estimate_cost(tasks, [config], cache=cache).judges[0].calls == 0
+    # another model shares nothing
+    other = estimate_cost(tasks, [openai_config(openai_server, model="gpt-4o")], cache=cache)
+    assert other.judges[0].calls == len(tasks)
+    cache.close()
+
+
+def test_unpriced_model_is_reported_not_called_free(openai_server, tasks):
+    estimate = estimate_cost(tasks, [openai_config(openai_server, model="mystery-model")])
+    assert estimate.judges[0].est_cost_usd is None
+    assert "unpriced" in estimate.to_table()
+
+
+def test_budget_is_flagged_when_the_estimate_exceeds_it(openai_server, tasks):
+    estimate = estimate_cost(tasks, [openai_config(openai_server, budget_usd=0.000001)])
+    assert estimate.judges[0].over_budget and "(over)" in estimate.to_table()
