@@ -32,7 +32,7 @@ _ROLE_ALIASES = {
     "ai": "assistant", "developer": "system", "function_call": "action",
     "observation": "tool", "ipython": "tool",
 }
-_XML_HINT = re.compile(r"<(think|tool_call|answer|result)\b", re.IGNORECASE)
+_XML_HINT = re.compile(r"^[ \t]*<(think|tool_call|answer|result)>", re.IGNORECASE | re.MULTILINE)
 _TOOL_CALL_TAG = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
@@ -175,7 +175,8 @@ def render_messages(messages: list[Any], registry: ToolRegistry) -> RenderedChat
                 if text.strip() in ("None", "null"):
                     text = ""
                 if text.strip():
-                    if looks_like_react(text):
+                    if looks_like_react(text) and not calls:
+                        # With native calls, "Action:" prose only narrates them (ToolBench).
                         steps = parse_react_text(text.strip(), registry)
                         out.embed(text.strip(), steps)
                         acted = [s for s in steps if s.kind in ("tool_call", "answer")]
