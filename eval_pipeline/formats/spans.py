@@ -225,8 +225,12 @@ class OpenInferenceSpanParser:
                                 tool_input=args)
                 out.element("tool_result", as_text(span.get("output.value")),
                             attrs={"name": name}, tool_name=name)
+        steps = out.steps
+        if not any(s.kind == "answer" for s in steps) and steps and steps[-1].kind == "text":
+            # The model's last words with no call after them are its answer.
+            steps[-1] = steps[-1].model_copy(update={"kind": "answer"})
         final = root.get("output.value") if root.kind in ("AGENT", "CHAIN") else None
-        if final is not None and not any(s.kind == "answer" for s in out.steps):
+        if final is not None and not any(s.kind == "answer" for s in steps):
             out.element("answer", as_text(final))
         extra: dict[str, Any] = {
             "trace_id": trace,
