@@ -17,19 +17,29 @@ INGEST_GROUP = "ingest"
 CODE_VERSION = "1"
 
 
+def selected(context: dg.AssetExecutionContext, outputs: list[dg.Output],
+             checks: list[dg.AssetCheckResult]) -> Iterator[dg.Output | dg.AssetCheckResult]:
+    """Both tables come from one parse; emit only what this run selected (subsetting)."""
+    yield from (o for o in outputs if o.output_name in context.op_execution_context
+                .selected_output_names)
+    chosen = context.selected_asset_check_keys
+    yield from (c for c in checks if dg.AssetCheckKey(c.asset_key, c.check_name) in chosen)
+
+
 @dg.multi_asset(
     outs={
         "raw_trajectories": dg.AssetOut(
             description="One row per input record that parsed, in canonical form.",
-            kinds={"pandas", "parquet"}, code_version=CODE_VERSION,
+            kinds={"pandas", "parquet"}, code_version=CODE_VERSION, is_required=False,
         ),
         "quarantine": dg.AssetOut(
             description="Records that did not parse, with file, line, reason and an excerpt.",
-            kinds={"pandas", "parquet"}, code_version=CODE_VERSION,
+            kinds={"pandas", "parquet"}, code_version=CODE_VERSION, is_required=False,
         ),
     },
     partitions_def=batches_partitions_def,
     group_name=INGEST_GROUP,
+    can_subset=True,
     check_specs=[
         dg.AssetCheckSpec("every_record_accounted", asset="raw_trajectories",
                           description="parsed + quarantined == non-blank records in the batch"),
@@ -45,7 +55,7 @@ def raw_trajectories(
                                          default_registry(), pipeline.input_format)
     expected = len(manifest.lines) if manifest.lines is not None else len(raw) + len(quarantined)
     accounted = len(raw) + len(quarantined)
-    yield dg.Output(raw, output_name="raw_trajectories", metadata={
+    outputs = [dg.Output(raw, output_name="raw_trajectories", metadata={
         "records_read": expected,
         "parsed": len(raw),
         "quarantined": len(quarantined),
@@ -54,21 +64,24 @@ def raw_trajectories(
         "formats": counts(raw["source_format"]) if len(raw) else dg.MetadataValue.json({}),
         "preview": preview(raw, ["task_id", "source_format", "source_line", "success",
                                  "task_description"]),
-    })
-    yield dg.Output(quarantined, output_name="quarantine", metadata={
+    }), dg.Output(quarantined, output_name="quarantine", metadata={
         "quarantined": len(quarantined),
         "reasons": counts(quarantined["reason"]) if len(quarantined)
         else dg.MetadataValue.json({}),
         "preview": preview(quarantined, ["source_file", "source_line", "reason", "error"]),
-    })
-    yield dg.AssetCheckResult(
-        asset_key="raw_trajectories", check_name="every_record_accounted",
-        passed=accounted == expected,
-        metadata={"records_read": expected, "parsed": len(raw), "quarantined": len(quarantined)},
-    )
+    })]
     dupes = int(raw["trajectory_id"].duplicated().sum())
-    yield dg.AssetCheckResult(asset_key="raw_trajectories", check_name="unique_trajectory_ids",
-                              passed=dupes == 0, metadata={"duplicates": dupes})
+    checks = [
+        dg.AssetCheckResult(
+            asset_key="raw_trajectories", check_name="every_record_accounted",
+            passed=accounted == expected,
+            metadata={"records_read": expected, "parsed": len(raw),
+                      "quarantined": len(quarantined)},
+        ),
+        dg.AssetCheckResult(asset_key="raw_trajectories", check_name="unique_trajectory_ids",
+                            passed=dupes == 0, metadata={"duplicates": dupes}),
+    ]
+    yield from selected(context, outputs, checks)
 
 
 @dg.multi_asset(
@@ -76,16 +89,17 @@ def raw_trajectories(
         "preprocessed_trajectories": dg.AssetOut(
             description="Kept trajectories with preprocessing_metadata (tool_call_count, "
             "has_duplicates, format_corrected, tag_analysis).",
-            kinds={"pandas", "parquet"}, code_version=CODE_VERSION,
+            kinds={"pandas", "parquet"}, code_version=CODE_VERSION, is_required=False,
         ),
         "preprocess_report": dg.AssetOut(
             description="Every removed trajectory with its reason (frequency, duplicates).",
-            kinds={"pandas", "parquet"}, code_version=CODE_VERSION,
+            kinds={"pandas", "parquet"}, code_version=CODE_VERSION, is_required=False,
         ),
     },
     ins={"raw_trajectories": dg.AssetIn()},
     partitions_def=batches_partitions_def,
     group_name=INGEST_GROUP,
+    can_subset=True,
     check_specs=[
         dg.AssetCheckSpec("kept_plus_removed_equals_parsed", asset="preprocessed_trajectories"),
     ],
@@ -98,7 +112,7 @@ def preprocessed_trajectories(
         raw_trajectories, pipeline.preprocess_config(), default_registry()
     )
     context.log.info("\n" + stats.render())
-    yield dg.Output(kept, output_name="preprocessed_trajectories", metadata={
+    outputs = [dg.Output(kept, output_name="preprocessed_trajectories", metadata={
         "total": stats.total,
         "valid": stats.valid,
         "removed_frequency": stats.removed_frequency,
@@ -111,17 +125,17 @@ def preprocessed_trajectories(
         "statistics": dg.MetadataValue.md(f"```\n{stats.render()}\n```"),
         "preview": preview(kept, ["task_id", "tool_call_count", "format_corrected",
                                   "preprocessing_flags"]),
-    })
-    yield dg.Output(removed, output_name="preprocess_report", metadata={
+    }), dg.Output(removed, output_name="preprocess_report", metadata={
         "removed": len(removed),
         "reasons": counts(removed["reason"]) if len(removed) else dg.MetadataValue.json({}),
         "preview": preview(removed, ["task_id", "source_line", "reason", "detail"]),
-    })
-    yield dg.AssetCheckResult(
+    })]
+    check = dg.AssetCheckResult(
         asset_key="preprocessed_trajectories", check_name="kept_plus_removed_equals_parsed",
         passed=len(kept) + len(removed) == len(raw_trajectories),
         metadata={"kept": len(kept), "removed": len(removed), "parsed": len(raw_trajectories)},
     )
+    yield from selected(context, outputs, [check])
 
 
 @dg.asset(

@@ -104,3 +104,14 @@ def test_report_over_all_batches_and_its_delta(project_root, tmp_path, instance)
     meta = second.get_asset_materialization_events()[0].materialization.metadata
     assert meta["batches"].value == 3
     assert "delta_vs_last_report" in meta
+
+
+def test_one_table_of_a_multi_asset_can_be_materialized_alone(project_root, tmp_path,
+                                                               instance):
+    drop = project_root / "data" / "incoming" / "sample_malformed.jsonl"
+    (key,), defs = stage_drop(drop, tmp_path, instance)
+    result = _materialize(defs, key, instance, dg.AssetSelection.assets("raw_trajectories"))
+    assert result.success
+    assert [e.asset_key.to_user_string() for e in result.get_asset_materialization_events()] \
+        == ["raw_trajectories"]
+    assert not (tmp_path / "assets" / "quarantine").exists()
