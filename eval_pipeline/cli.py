@@ -237,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--format", dest="input_format", default=None,
                      help="force an input format instead of detecting it per file")
     run.add_argument("--verbose", "-v", action="store_true", help="show Dagster's run logs")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the judge calls, tokens and cost the run would make; "
+                     "call nothing")
     return parser
 
 
@@ -249,6 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             judges = load_judges(args.judges)
         except (ValidationError, ValueError, OSError) as exc:
             raise CliError(f"invalid judges file {args.judges}: {exc}") from exc
+        if args.dry_run:
+            from eval_pipeline.dry_run import dry_run
+
+            ensure_dagster_home()  # the judge cache lives under DAGSTER_HOME
+            print(dry_run(collect_inputs(args.input), judges,
+                          beta_threshold=args.beta_threshold,
+                          input_format=args.input_format).to_table())
+            return 0
         tables = run_pipeline(args.input, args.output, judges, args.split_size,
                               args.beta_threshold, args.input_format,
                               "DEBUG" if args.verbose else "WARNING")

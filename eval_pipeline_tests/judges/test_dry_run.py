@@ -57,3 +57,27 @@ def test_unpriced_model_is_reported_not_called_free(openai_server, tasks):
 def test_budget_is_flagged_when_the_estimate_exceeds_it(openai_server, tasks):
     estimate = estimate_cost(tasks, [openai_config(openai_server, budget_usd=0.000001)])
     assert estimate.judges[0].over_budget and "(over)" in estimate.to_table()
+
+
+def test_cli_dry_run_prints_the_estimate_and_calls_nothing(openai_server, tmp_path, monkeypatch,
+                                                           capsys, project_root):
+    from eval_pipeline.cli import main
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    judges = tmp_path / "judges.yaml"
+    judges.write_text(
+        "judges:\n"
+        "  - name: gpt\n"
+        "    provider: openai_compatible\n"
+        f"    base_url: {openai_server.base_url}\n"
+        "    model: gpt-4.1-mini\n"
+        "    api_key_env: FAKE_OPENAI_KEY\n", "utf-8")
+    sample = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
+    if not sample.is_file():
+        pytest.skip("sample drop not present")
+    code = main(["run", str(sample), "--output", str(tmp_path / "out"), "--judges", str(judges),
+                 "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0 and openai_server.calls == 0
+    assert "gpt" in out and "est. cost" in out and "total" in out
+    assert not (tmp_path / "out").exists()
