@@ -80,6 +80,11 @@ def _looks_binary(raw: bytes) -> bool:
     return controls > len(sample) * 0.1
 
 
+def _cut_off(exc: json.JSONDecodeError, text: str) -> bool:
+    """The parser ran out of text mid-value: the record was cut off, not malformed."""
+    return exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated string")
+
+
 def _decode_line(raw: bytes, lineno: int, is_last: bool) -> RawRecord:
     repairs: tuple[str, ...] = ()
     if _looks_binary(raw):
@@ -97,7 +102,7 @@ def _decode_line(raw: bytes, lineno: int, is_last: bool) -> RawRecord:
         if repairs:
             return RawRecord(lineno, text, None, f"not valid UTF-8 and not JSON: {exc}",
                              "invalid_encoding")
-        if is_last and exc.pos >= len(text.rstrip()) - 1:
+        if is_last and (_cut_off(exc, text) or text.lstrip()[:1] in ("{", "[")):
             return RawRecord(lineno, text, None, f"record ends mid-value: {exc}",
                              "truncated_record")
         return RawRecord(lineno, text, None, f"invalid JSON: {exc}", "invalid_json")
@@ -159,7 +164,7 @@ def iter_json_document(
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        reason = "truncated_record" if exc.pos >= len(text.rstrip()) - 1 else "invalid_json"
+        reason = "truncated_record" if _cut_off(exc, text) else "invalid_json"
         yield RawRecord(1, text, None, f"whole-file JSON does not parse: {exc}", reason)
         return
     except RecursionError:

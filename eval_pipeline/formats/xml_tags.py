@@ -70,31 +70,30 @@ class XmlAnalysis:
     notes: list[str] = field(default_factory=list)
 
 
-class _Closes:
-    """Closing-tag positions per tag name, for O(log n) pairing."""
+def _pair_tags(text: str, opens: list[re.Match[str]]) -> dict[int, tuple[int, int]]:
+    """Opening-tag position -> (close start, close end), nesting-aware, in one pass.
 
-    def __init__(self, text: str) -> None:
-        self.starts: dict[str, list[int]] = {}
-        self.ends: dict[str, list[int]] = {}
-        for m in _CLOSE.finditer(text):
-            tag = m.group(1).lower()
-            self.starts.setdefault(tag, []).append(m.start())
-            self.ends.setdefault(tag, []).append(m.end())
-
-    def first_after(self, tag: str, pos: int) -> tuple[int, int] | None:
-        starts = self.starts.get(tag)
-        if not starts:
-            return None
-        i = bisect.bisect_left(starts, pos)
-        if i == len(starts):
-            return None
-        return starts[i], self.ends[tag][i]
+    Each tag name has its own stack; a close pops the latest open of its name, so
+    ``<think>a<think>b</think>c</think>`` pairs outermost-with-outermost, stray closes are
+    ignored and an open left on a stack is unclosed. Linear, whatever the nesting depth.
+    """
+    events = [(m.start(), 1, m.group(1).lower(), m.end()) for m in opens]
+    events += [(m.start(), 0, m.group(1).lower(), m.end()) for m in _CLOSE.finditer(text)]
+    events.sort()
+    stacks: dict[str, list[int]] = {}
+    pairs: dict[int, tuple[int, int]] = {}
+    for pos, is_open, tag, end in events:
+        stack = stacks.setdefault(tag, [])
+        if is_open:
+            stack.append(pos)
+        elif stack:
+            pairs[stack.pop()] = (pos, end)
+    return pairs
 
 
 def analyze_xml_response(text: str, registry: ToolRegistry) -> XmlAnalysis:
     """Cut a raw_response into canonical steps with offsets, noting every repair made."""
     tool_tags = set(registry.tool_tags)
-    closes = _Closes(text)
     steps: list[Step] = []
     notes: list[str] = []
     cursor = 0
@@ -106,6 +105,7 @@ def analyze_xml_response(text: str, registry: ToolRegistry) -> XmlAnalysis:
             steps.append(Step(kind="text", content=piece.strip(), start=cursor, end=upto))
 
     opens = [m for m in _OPEN.finditer(text) if not m.group(0).endswith("/>")]
+    pairs = _pair_tags(text, opens)
     structural = [m.start() for m in opens
                   if m.group(1).lower() in _CONTROL_TAGS or m.group(1).lower() in tool_tags]
     same_tag: dict[str, list[int]] = {}
@@ -120,20 +120,24 @@ def analyze_xml_response(text: str, registry: ToolRegistry) -> XmlAnalysis:
         if m.start() < cursor:
             continue
         tag = m.group(1).lower()
-        close = closes.first_after(tag, m.end())
+        close = pairs.get(m.start())
         # An unregistered server tag is still a tool call when a trigger or a result
         # follows it; it is scored with the generic rubric and reported, not dropped.
         unregistered = tag not in _CONTROL_TAGS and tag not in tool_tags
         if unregistered and (close is None or not _TRIGGER.match(text, close[1])):
             continue
-        # A tag opened again before it closes was left unclosed: it ends where the next
-        # one starts. An unclosed <answer> (generation stopped on it) also ends at the next
-        # structural tag, so the steps the agent took after it are not swallowed.
-        limit = next_open(structural if tag == "answer" else same_tag[tag], m.end())
+        same = next_open(same_tag[tag], m.end())
+        # An unclosed tag ends where the next one of its name starts. An <answer> (often
+        # left open: generation stopped on it) also ends at the next structural tag, so
+        # the steps the agent took after it are not swallowed.
+        limit = next_open(structural, m.end()) if tag == "answer" else (
+            same if close is None else None)
         if limit is not None and (close is None or limit < close[0]):
             end_at = m.start() + len(text[m.start():limit].rstrip())
             close = (end_at, end_at)
             notes.append(f"unclosed <{tag}> at char {m.start()} ended at the next tag")
+        elif close is not None and same is not None and same < close[0]:
+            notes.append(f"nested <{tag}> at char {m.start()} kept inside the outer one")
         if close is None:
             if tag == "answer":
                 close = (len(text), len(text))
