@@ -185,9 +185,13 @@ def render_messages(messages: list[Any], registry: ToolRegistry) -> RenderedChat
                             last_call_name = acted[-1].tool_name
                     elif _XML_HINT.search(text):
                         analysis = analyze_xml_response(text.strip(), registry)
-                        out.embed(text.strip(), analysis.steps)
+                        steps = _demote_text_calls(analysis.steps, bool(calls))
+                        out.embed(text.strip(), steps)
                         notes.extend(f"message {index}: {n}" for n in analysis.notes
                                      if not n.startswith("no tags"))
+                        if len(steps) != len(analysis.steps) or steps != analysis.steps:
+                            notes.append(f"message {index}: <tool_call> text kept as text "
+                                         "(native call present, or no readable tool name)")
                     elif calls:
                         out.element("thought", text.strip())
                     elif index == answer_index:
@@ -213,6 +217,20 @@ def render_messages(messages: list[Any], registry: ToolRegistry) -> RenderedChat
                 last_call_name = name
         message_steps.append(list(range(before, len(out.steps))))
     return RenderedChat(out.text(), out.steps, message_steps, notes)
+
+
+def _demote_text_calls(steps: list[Step], has_native_calls: bool) -> list[Step]:
+    """A ``<tool_call>`` written in a chat turn is a call only when it names a tool and the
+    message has no native call: Search-R1 style prose attempts (``<tool_call>free
+    text</tool_call>``, answered "No effective tool call detected") executed nothing, and
+    next to a native call the tag only narrates it."""
+    out = []
+    for s in steps:
+        if s.kind == "tool_call" and (has_native_calls or s.tool_name == "unknown"):
+            s = s.model_copy(update={"kind": "text", "tool_name": None, "tool_type": None,
+                                     "tool_input": None, "tool_call_id": None})
+        out.append(s)
+    return out
 
 
 def _answer_message(messages: list[Any]) -> int | None:

@@ -73,6 +73,24 @@ def test_legacy_function_call_and_anthropic_blocks():
     assert r.steps[4].tool_name == "sandbox_run_code" and r.steps[4].content == "1"
 
 
+def test_tool_call_tags_in_chat_text():
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant",
+         "content": "<think>t</think>\n<tool_call>free text query</tool_call>"},
+        {"role": "user", "content": "No effective tool call detected."},
+        {"role": "assistant", "content": "<think>t</think>\n<tool_call>search</tool_call>",
+         "tool_calls": [{"id": "c", "function": {"name": "search", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "r"},
+        {"role": "action", "content": '<tool_call>{"name": "tavily-search", "arguments": {}}'
+                                      "</tool_call>"},
+    ]
+    r = render_messages(messages, REG)
+    assert [(s.kind, s.tool_name) for s in r.steps if s.kind in ("tool_call", "tool_result")] == [
+        ("tool_call", "search"), ("tool_result", "search"), ("tool_call", "tavily-search")]
+    assert sum("kept as text" in n for n in r.notes) == 2
+
+
 def test_tau_bench_rewards_and_expected_calls(corpora_dir):
     path = corpora_dir / "tau_bench" / "historical_trajectories" / "gpt-4o-airline.trials0-1.json"
     assert detect_format(path) == "tau_bench"
@@ -107,6 +125,9 @@ def test_agentprocessbench_step_labels_land_on_steps(corpora_dir):
     trajs = result.trajectories
     assert len(trajs) == 250
     assert Counter(t.final_label for t in trajs) == {1.0: 163, -1.0: 87}
+    # 461 native tool_calls; the 44 Search-R1 style "<tool_call>free text</tool_call>"
+    # attempts in message text executed nothing (or narrate a native call): not calls.
+    assert n_calls(result) == 461
     first = trajs[0]  # step_labels {"2": 1, "4": 1, "6": 1, "8": -1}
     assert [c.label for c in calls(first)] == [1.0, 1.0, 1.0]
     assert [s.label for s in first.steps if s.kind == "answer"] == [-1.0]

@@ -41,7 +41,7 @@ EXPECTED_FORMAT = {
 # Per folder: (trajectories, quarantined, tool calls), as the per-format tests check them.
 EXPECTED_TOTALS = {
     "agent_data_platform": (207, 0, 734),
-    "agentprocessbench": (250, 0, 506),
+    "agentprocessbench": (250, 0, 461),
     "bfcl": (1888, 162, 1797),
     "dataeva": (218, 0, 555),
     "devai_agent_as_a_judge": (330, 2, 0),
