@@ -16,6 +16,7 @@ import pandas as pd
 from eval_pipeline import ingest
 from eval_pipeline.assets.metadata import metric_means, preview
 from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.judges.presets import effective_model
 from eval_pipeline.judges.runner import JudgmentRow, summarize_rows
 from eval_pipeline.partitions import batches_partitions_def
 from eval_pipeline.rubrics import templates_version
@@ -43,6 +44,7 @@ def resource_key(config: JudgeConfig) -> str:
 
 def build_judgment_asset(config: JudgeConfig) -> dg.AssetsDefinition:
     key = resource_key(config)
+    model = effective_model(config)
 
     @dg.asset(
         name=config.name,
@@ -55,7 +57,7 @@ def build_judgment_asset(config: JudgeConfig) -> dg.AssetsDefinition:
         required_resource_keys={key},
         pool=None if config.provider == "heuristic" else JUDGE_POOL,
         description=f"Clip scores from judge '{config.name}' ({config.provider}, "
-        f"{config.model}) on the rubric of each clip's tool type.",
+        f"{model}) on the rubric of each clip's tool type.",
         check_specs=[dg.AssetCheckSpec("scores_in_unit_interval",
                                        asset=dg.AssetKey(["judgments", config.name]))],
     )
@@ -72,7 +74,7 @@ def build_judgment_asset(config: JudgeConfig) -> dg.AssetsDefinition:
         yield dg.Output(table, metadata={
             "judge": config.name,
             "provider": config.provider,
-            "model": config.model,
+            "model": model,
             "template_version": templates_version(),
             "rows": totals.rows,
             "ok": totals.ok,

@@ -9,6 +9,7 @@ import pandas as pd
 from eval_pipeline.assets.metadata import preview
 from eval_pipeline.io_manager import as_partition_dict
 from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.judges.presets import effective_model
 from eval_pipeline.partitions import batches_partitions_def
 from eval_pipeline.report import REPORT_MEAN_KEY, build_report, report_markdown
 from eval_pipeline.scoring import summarize_trajectories
@@ -17,7 +18,7 @@ SUMMARY_GROUP = "summaries"
 
 
 def model_names(configs: Sequence[JudgeConfig]) -> list[str]:
-    return [f"{c.provider}_{c.model}" for c in configs]
+    return [f"{c.provider}_{effective_model(c)}" for c in configs]
 
 
 def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
