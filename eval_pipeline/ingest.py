@@ -48,8 +48,18 @@ def read_batch(path: Path, manifest: BatchManifest | None, batch: str,
     def original(line: int) -> int:
         return lines[line - 1] if lines and 0 < line <= len(lines) else line
 
-    raw = [t.model_copy(update={"source_line": original(t.source_line)}).to_row()
-           for t in parsed.trajectories]
+    def relocated(t: Trajectory) -> dict:
+        """Ids and lines of a split batch point at the drop, so they survive re-splitting."""
+        if not lines:
+            return t.to_row()
+        line = original(t.source_line)
+        digest = t.trajectory_id.rsplit(":", 1)[-1]
+        return t.model_copy(update={
+            "source_line": line,
+            "trajectory_id": f"{Path(source_file).stem}:{line}:{digest}",
+        }).to_row()
+
+    raw = [relocated(t) for t in parsed.trajectories]
     quarantined = [q.model_copy(update={"source_line": original(q.source_line)}).model_dump()
                    for q in parsed.quarantined]
     return (pd.DataFrame(raw, columns=list(Trajectory.model_fields)),

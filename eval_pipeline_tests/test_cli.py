@@ -105,3 +105,15 @@ def test_cli_rejects_bad_numbers_and_bad_judges_files(project_root, tmp_path, ca
     assert main(["run", str(project_root / "data"), "--output", str(tmp_path / "o"),
                  "--judges", str(bad)]) == 1
     assert "invalid judges file" in capsys.readouterr().err
+
+
+def test_trajectory_ids_do_not_depend_on_the_split_size(project_root, tmp_path):
+    drop = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
+    ids = []
+    for size in (5, 24):
+        out = tmp_path / f"split{size}"
+        assert main(["run", str(drop), "--output", str(out), "--split-size", str(size)]) == 0
+        raw = pd.read_parquet(out / "raw_trajectories.parquet")
+        assert raw["trajectory_id"].is_unique
+        ids.append(dict(zip(raw["source_line"], raw["trajectory_id"], strict=True)))
+    assert ids[0] == ids[1]
