@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import dagster as dg
 
@@ -45,3 +46,20 @@ def test_workspace_loads_with_the_dagster_cli(project_root):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Validation successful" in result.stdout + result.stderr
+
+
+def test_dg_sees_the_project(project_root):
+    dg_cli = Path(sys.executable).parent / "dg"
+    result = subprocess.run([str(dg_cli), "check", "defs"], cwd=project_root,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "All definitions loaded successfully" in result.stdout + result.stderr
+
+
+def test_llm_judges_share_a_pool_and_the_heuristic_does_not():
+    judges = [JudgeConfig(name="heuristic"),
+              JudgeConfig(name="gpt", provider="openai", model="gpt-4.1-mini",
+                          api_key_env="OPENAI_API_KEY")]
+    graph = build_definitions(judges).resolve_asset_graph()
+    assert graph.get(dg.AssetKey(["judgments", "gpt"])).pools == {"judge_api"}
+    assert not graph.get(dg.AssetKey(["judgments", "heuristic"])).pools
