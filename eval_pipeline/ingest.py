@@ -14,13 +14,14 @@ import pandas as pd
 
 from eval_pipeline.clips import Clip, segment
 from eval_pipeline.formats import parse_file
+from eval_pipeline.formats.dataeva_cleaned import FORMAT_NAME as DATAEVA_CLEANED_FORMAT
 from eval_pipeline.formats.xml_tags import FORMAT_NAME as XML_FORMAT
 from eval_pipeline.formats.xml_tags import parse_xml_response
 from eval_pipeline.judges.base import ClipView
 from eval_pipeline.judges.runner import ClipTask
 from eval_pipeline.models import QuarantinedRecord, Step, Trajectory, steps_from_json
 from eval_pipeline.preprocess import PreprocessConfig, PreprocessStats, preprocess_one, summarize
-from eval_pipeline.splitting import BatchManifest
+from eval_pipeline.splitting import BatchManifest, drop_fingerprint
 from eval_pipeline.tool_registry import ToolRegistry
 
 RAW_COLUMNS = list(Trajectory.model_fields)
@@ -36,11 +37,19 @@ PREPROCESSED_EXTRA = [
 CLIP_COLUMNS = ["trajectory_id", "batch", "task_id", *Clip.model_fields]
 
 
+def _unchanged_drop(manifest: BatchManifest) -> bool:
+    drop = Path(manifest.drop_file)
+    return drop.is_file() and drop_fingerprint(drop) == manifest.fingerprint
+
+
 def read_batch(path: Path, manifest: BatchManifest | None, batch: str,
                registry: ToolRegistry, format_name: str | None = None
                ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Parse a batch file; line numbers and file names point back at the user's drop."""
     source_file = Path(manifest.drop_file).name if manifest else path.name
+    if manifest and manifest.lines is None and _unchanged_drop(manifest):
+        # A whole-file batch is read from the drop itself, where its sibling files are.
+        path = Path(manifest.drop_file)
     parsed = parse_file(path, batch, format_name=format_name, registry=registry,
                         source_file=source_file)
     lines = manifest.lines if manifest else None
@@ -78,7 +87,8 @@ def _row_to_trajectory(row: dict) -> Trajectory:
 
 
 def _reparser(source_format: str, registry: ToolRegistry) -> Callable[[str], list[Step]] | None:
-    if source_format == XML_FORMAT:
+    """Formats whose response is the user's own tagged text can be repaired and re-cut."""
+    if source_format in (XML_FORMAT, DATAEVA_CLEANED_FORMAT):
         return lambda text: parse_xml_response(text, registry)
     return None
 

@@ -41,12 +41,15 @@ def drop_fingerprint(path: Path) -> str:
     return f"{stat.st_size}:{stat.st_mtime_ns}"
 
 
-def split_drop(drop: Path, batches_dir: Path, split_size: int) -> list[BatchManifest]:
+def split_drop(drop: Path, batches_dir: Path, split_size: int,
+               format_name: str | None = None) -> list[BatchManifest]:
     """Write the batch files of one drop and return their manifests, in order.
 
-    Line-oriented files are split by non-blank lines (each a record, parseable or not);
-    other formats are one batch holding a copy of the whole file.
+    JSONL files are split by non-blank lines (each a record, parseable or not); other
+    files, and JSONL formats whose records belong together, are one batch holding a copy.
     """
+    from eval_pipeline.formats import splittable_by_line
+
     if split_size < 1:
         raise ValueError(f"split_size must be at least 1, got {split_size}")
     base = partition_key_for(drop.stem)
@@ -57,11 +60,13 @@ def split_drop(drop: Path, batches_dir: Path, split_size: int) -> list[BatchMani
     fingerprint = drop_fingerprint(drop)
     manifests: list[BatchManifest] = []
 
-    if drop.suffix.lower() not in LINE_SPLIT_SUFFIXES:
+    if drop.suffix.lower() not in LINE_SPLIT_SUFFIXES or not splittable_by_line(
+        drop, format_name
+    ):
         key = f"{base}01"
         target = out_dir / f"{key}{drop.suffix.lower()}"
         shutil.copyfile(drop, target)
-        manifests.append(BatchManifest(partition_key=key, drop_file=str(drop),
+        manifests.append(BatchManifest(partition_key=key, drop_file=str(drop.resolve()),
                                        batch_file=target.name, fingerprint=fingerprint))
     else:
         records: list[tuple[int, bytes]] = []
@@ -75,7 +80,7 @@ def split_drop(drop: Path, batches_dir: Path, split_size: int) -> list[BatchMani
             target = out_dir / f"{key}.jsonl"
             with target.open("wb") as fh:
                 fh.writelines(raw for _, raw in chunk)
-            manifests.append(BatchManifest(partition_key=key, drop_file=str(drop),
+            manifests.append(BatchManifest(partition_key=key, drop_file=str(drop.resolve()),
                                            batch_file=target.name,
                                            lines=[n for n, _ in chunk],
                                            fingerprint=fingerprint))
@@ -97,7 +102,7 @@ def find_batch(batches_dir: Path, partition_key: str) -> tuple[Path, BatchManife
     return matches[0].parent / manifest.batch_file, manifest
 
 
-DROP_SUFFIXES = {".jsonl", ".ndjson", ".json", ".txt", ".traj", ".parquet"}
+DROP_SUFFIXES = {".jsonl", ".ndjson", ".json", ".txt", ".log", ".traj", ".parquet"}
 
 
 def list_drops(incoming_dir: Path) -> list[Path]:

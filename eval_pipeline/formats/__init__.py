@@ -115,6 +115,16 @@ def parse_file(
         )])
 
 
+#: Formats whose records depend on each other or on sibling files: a drop in one of them is
+#: one batch, never cut by lines (a trace's spans, BFCL's ``possible_answer/`` sibling).
+WHOLE_FILE_FORMATS = frozenset({"openinference_spans", "bfcl", "bfcl_answers"})
+
+
+def splittable_by_line(path: Path, format_name: str | None = None) -> bool:
+    """Whether a JSONL drop may be cut into batches between lines."""
+    return (format_name or detect_format(path)) not in WHOLE_FILE_FORMATS
+
+
 def discover_files(root: Path) -> list[Path]:
     """Data files under ``root`` (or ``root`` itself), skipping docs, configs and dot-files."""
     root = Path(root)
@@ -144,5 +154,6 @@ __all__ = [
     "detect_format",
     "discover_files",
     "parse_file",
+    "splittable_by_line",
     "unregistered_tool_counts",
 ]
