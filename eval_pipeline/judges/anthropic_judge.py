@@ -17,21 +17,17 @@ from typing import Any
 import anthropic
 from anthropic import AsyncAnthropic
 
-from eval_pipeline.judges._common import retry_after_seconds
 from eval_pipeline.judges.base import JudgeError, JudgeReply, JudgeRequest
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import (
-    FatalProviderError,
     InvalidOutput,
-    TransientJudgeError,
-    redact,
 )
 from eval_pipeline.judges.presets import call_identity, resolve_endpoint
 from eval_pipeline.judges.schema import SCHEMA_NAME, validate_reply_data, wire_schema
+from eval_pipeline.judges.sdk_errors import translate_sdk_error
 
 _TOOL_DESCRIPTION = "Record the evaluation of the clip: one score per criterion, a summary, "\
     "and the reasoning."
-_FATAL_STATUSES = {401, 402, 403, 404}
 
 
 class AnthropicJudge:
@@ -110,25 +106,7 @@ class AnthropicJudge:
                           tokens_in=tokens_in, tokens_out=tokens_out)
 
     def _translate(self, exc: anthropic.APIError) -> JudgeError:
-        message = redact(str(exc), self._secrets)
-        if isinstance(exc, anthropic.APITimeoutError):
-            return TransientJudgeError(f"timeout after {self.config.timeout_s}s")
-        if isinstance(exc, anthropic.APIConnectionError):
-            cause = redact(str(exc.__cause__ or exc), self._secrets)
-            return TransientJudgeError(f"connection error: {cause}")
-        if isinstance(exc, anthropic.APIStatusError):
-            status = exc.status_code
-            headers = dict(exc.response.headers) if exc.response is not None else {}
-            text = f"HTTP {status}: {message}"
-            if status == 429:
-                return TransientJudgeError(text, retry_after=retry_after_seconds(headers),
-                                           rate_limited=True)
-            if status >= 500 or status in (408, 409):
-                return TransientJudgeError(text, retry_after=retry_after_seconds(headers))
-            if status in _FATAL_STATUSES:
-                return FatalProviderError(text)
-            return JudgeError(text)
-        return JudgeError(f"{type(exc).__name__}: {message}")
+        return translate_sdk_error(exc, anthropic, self.config.timeout_s, self._secrets)
 
     async def aclose(self) -> None:
         await self._client.close()

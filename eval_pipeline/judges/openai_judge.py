@@ -16,19 +16,14 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
-from eval_pipeline.judges._common import retry_after_seconds
 from eval_pipeline.judges.base import JudgeError, JudgeReply, JudgeRequest
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import (
-    FatalProviderError,
     InvalidOutput,
-    TransientJudgeError,
-    redact,
 )
 from eval_pipeline.judges.presets import call_identity, resolve_endpoint, sends_temperature
 from eval_pipeline.judges.schema import SCHEMA_NAME, parse_reply_text, wire_schema
-
-_FATAL_STATUSES = {401, 402, 403, 404}
+from eval_pipeline.judges.sdk_errors import translate_sdk_error
 
 
 class OpenAIJudge:
@@ -119,25 +114,7 @@ class OpenAIJudge:
                           tokens_in=tokens_in, tokens_out=tokens_out)
 
     def _translate(self, exc: openai.APIError) -> JudgeError:
-        message = redact(str(exc), self._secrets)
-        if isinstance(exc, openai.APITimeoutError):
-            return TransientJudgeError(f"timeout after {self.config.timeout_s}s")
-        if isinstance(exc, openai.APIConnectionError):
-            cause = redact(str(exc.__cause__ or exc), self._secrets)
-            return TransientJudgeError(f"connection error: {cause}")
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            headers = dict(exc.response.headers) if exc.response is not None else {}
-            text = f"HTTP {status}: {message}"
-            if status == 429:
-                return TransientJudgeError(text, retry_after=retry_after_seconds(headers),
-                                           rate_limited=True)
-            if status >= 500 or status in (408, 409):
-                return TransientJudgeError(text, retry_after=retry_after_seconds(headers))
-            if status in _FATAL_STATUSES:
-                return FatalProviderError(text)
-            return JudgeError(text)
-        return JudgeError(f"{type(exc).__name__}: {message}")
+        return translate_sdk_error(exc, openai, self.config.timeout_s, self._secrets)
 
     async def aclose(self) -> None:
         await self._client.close()
