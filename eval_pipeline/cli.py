@@ -21,7 +21,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from eval_pipeline.judges.config import JudgeConfig, load_judges
-from eval_pipeline.splitting import DROP_SUFFIXES, BatchManifest, split_drop
+from eval_pipeline.splitting import DROP_SUFFIXES, BatchManifest, split_drop, unique_bases
 
 DAGSTER_HOME_DIRNAME = ".dagster_home"
 _SKIP_DIRS = {"batches", "assets", "output", DAGSTER_HOME_DIRNAME, "__pycache__"}
@@ -74,8 +74,9 @@ def ensure_dagster_home() -> Path:
 def split_inputs(inputs: Sequence[Path], batches_dir: Path, split_size: int
                  ) -> list[BatchManifest]:
     manifests: list[BatchManifest] = []
+    bases = unique_bases(list(inputs))
     for drop in inputs:
-        for manifest in split_drop(drop, batches_dir, split_size):
+        for manifest in split_drop(drop, batches_dir, split_size, base=bases[drop]):
             if any(m.partition_key == manifest.partition_key for m in manifests):
                 raise CliError(f"two inputs map to batch {manifest.partition_key!r}: rename one "
                                f"of the files named {drop.name!r}")

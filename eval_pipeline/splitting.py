@@ -42,7 +42,8 @@ def drop_fingerprint(path: Path) -> str:
 
 
 def split_drop(drop: Path, batches_dir: Path, split_size: int,
-               format_name: str | None = None) -> list[BatchManifest]:
+               format_name: str | None = None, base: str | None = None
+               ) -> list[BatchManifest]:
     """Write the batch files of one drop and return their manifests, in order.
 
     JSONL files are split by non-blank lines (each a record, parseable or not); other
@@ -52,7 +53,7 @@ def split_drop(drop: Path, batches_dir: Path, split_size: int,
 
     if split_size < 1:
         raise ValueError(f"split_size must be at least 1, got {split_size}")
-    base = partition_key_for(drop.stem)
+    base = partition_key_for(base or drop.stem)
     out_dir = batches_dir / base
     if out_dir.exists():
         shutil.rmtree(out_dir)
@@ -103,6 +104,21 @@ def find_batch(batches_dir: Path, partition_key: str) -> tuple[Path, BatchManife
 
 
 DROP_SUFFIXES = {".jsonl", ".ndjson", ".json", ".txt", ".log", ".traj", ".parquet"}
+
+
+def unique_bases(drops: list[Path]) -> dict[Path, str]:
+    """Batch base names for many drops: the file stem, prefixed by parent folders on clashes."""
+    depth = dict.fromkeys(drops, 0)
+    while True:
+        names = {d: "_".join([*d.parent.parts[len(d.parent.parts) - depth[d]:], d.stem])
+                 if depth[d] else d.stem for d in drops}
+        keys = {d: partition_key_for(n) for d, n in names.items()}
+        clashes = [d for d in drops if list(keys.values()).count(keys[d]) > 1
+                   and depth[d] < len(d.parent.parts)]
+        if not clashes:
+            return keys
+        for d in clashes:
+            depth[d] += 1
 
 
 def list_drops(incoming_dir: Path) -> list[Path]:

@@ -42,3 +42,12 @@ def test_list_drops_ignores_hidden_and_unknown_files(tmp_path):
     assert [p.name for p in list_drops(tmp_path)] == ["a.jsonl", "d.txt"]
     assert list_drops(tmp_path / "missing") == []
     assert partition_key_for("...") == "drop"
+
+
+def test_same_named_files_in_different_folders_get_distinct_batches(tmp_path):
+    from eval_pipeline.splitting import unique_bases
+
+    drops = [tmp_path / "q" / "x.json", tmp_path / "answers" / "x.json", tmp_path / "y.jsonl"]
+    bases = unique_bases(drops)
+    assert bases[drops[2]] == "y"
+    assert bases[drops[0]] == "q_x" and bases[drops[1]] == "answers_x"
