@@ -6,8 +6,6 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from eval_pipeline.assets.judging import judge_code_version, judgment_asset_key
-from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.partitions import BATCHES_PARTITION, batches_partitions_def
 from eval_pipeline.settings import PipelineSettings
 from eval_pipeline.splitting import drop_fingerprint, find_batch, list_drops, split_drop
@@ -67,7 +65,7 @@ def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str):
 
 
 def batch_state(instance: dg.DagsterInstance, pipeline: PipelineSettings, partition: str,
-                judges: Sequence[JudgeConfig]) -> BatchState:
+                assets: Sequence[dg.AssetKey]) -> BatchState:
     raw = _latest(instance, dg.AssetKey("raw_trajectories"), partition)
     ingested = raw.metadata.get("batch_fingerprint") if raw else None
     try:
@@ -75,28 +73,38 @@ def batch_state(instance: dg.DagsterInstance, pipeline: PipelineSettings, partit
     except FileNotFoundError:
         current = None
     versions: dict[str, str | None] = {}
-    for judge in judges:
-        mat = _latest(instance, judgment_asset_key(judge), partition)
-        versions[judge.name] = (mat.tags or {}).get("dagster/code_version") if mat else None
+    for key in assets:
+        mat = _latest(instance, key, partition)
+        versions[key.to_user_string()] = ((mat.tags or {}).get("dagster/code_version")
+                                          if mat else None)
     return BatchState(
         summarized=_latest(instance, dg.AssetKey("trajectory_summaries"), partition) is not None,
         ingested_fingerprint=getattr(ingested, "value", None),
         current_fingerprint=current,
-        judge_code_versions=versions,
+        code_versions=versions,
     )
 
 
-def build_daily_schedule(judges: Sequence[JudgeConfig]) -> dg.ScheduleDefinition:
-    expected = {j.name: judge_code_version(j) for j in judges}
+def expected_code_versions(graph) -> dict[dg.AssetKey, str]:
+    """Current code version of every per-batch asset in the loaded definitions."""
+    return {key: graph.get(key).code_version for key in graph.get_all_asset_keys()
+            if graph.get(key).partitions_def == batches_partitions_def
+            and graph.get(key).code_version}
+
+
+def build_daily_schedule() -> dg.ScheduleDefinition:
+    """A fresh schedule per Definitions: a schedule object keeps state from its evaluations."""
 
     @dg.schedule(job=batch_job, cron_schedule="0 3 * * *", execution_timezone="UTC",
                  default_status=dg.DefaultScheduleStatus.STOPPED)
-    def daily_rerun_schedule(context: dg.ScheduleEvaluationContext,
-                             pipeline: PipelineSettings):
-        """Every day, rerun batches that are missing, have new data or a changed judge."""
+    def daily_rerun_schedule(context: dg.ScheduleEvaluationContext, pipeline: PipelineSettings):
+        """Every day, rerun batches that are missing, have new data, or changed code or judges."""
+        expected = expected_code_versions(context.repository_def.asset_graph)
+        by_name = {k.to_user_string(): v for k, v in expected.items()}
         requests = []
         for key in context.instance.get_dynamic_partitions(BATCHES_PARTITION):
-            reason = why_stale(batch_state(context.instance, pipeline, key, judges), expected)
+            reason = why_stale(batch_state(context.instance, pipeline, key, list(expected)),
+                               by_name)
             if reason:
                 requests.append(dg.RunRequest(
                     partition_key=key,

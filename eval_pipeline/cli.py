@@ -134,18 +134,26 @@ def summary_lines(tables: dict[str, pd.DataFrame], manifests: Sequence[BatchMani
         ("quarantined", quarantined),
         ("clips", rows("clips")),
     ]
-    report = tables.get("preprocess_report")
-    if report is not None and len(report):
-        for reason, n in report["reason"].value_counts().items():
-            lines.append((f"  removed: {reason}", int(n)))
+    for name, label in (("preprocess_report", "removed"), ("quarantine", "quarantined")):
+        table = tables.get(name)
+        if table is not None and len(table):
+            for reason, n in table["reason"].value_counts().items():
+                lines.append((f"  {label}: {reason}", int(n)))
+    raw_table = tables.get("raw_trajectories")
+    if raw_table is not None and len(raw_table):
+        for fmt, n in raw_table["source_format"].value_counts().items():
+            lines.append((f"  format: {fmt}", int(n)))
     for judge in judges:
         table = tables.get(f"judgments__{judge.name}", pd.DataFrame())
         status = table["status"].value_counts().to_dict() if len(table) else {}
         detail = ", ".join(f"{k} {v}" for k, v in sorted(status.items())) or "none"
         cost = float(table["cost_usd"].sum()) if len(table) else 0.0
         cached = int(table["cached"].sum()) if len(table) else 0
+        tokens = (int(table["tokens_in"].sum()), int(table["tokens_out"].sum())) if len(
+            table) else (0, 0)
         lines.append((f"judgments [{judge.name}]",
-                      f"{len(table)} ({detail}; cached {cached}; ${cost:.4f})"))
+                      f"{len(table)} ({detail}; cached {cached}; tokens {tokens[0]} in "
+                      f"/ {tokens[1]} out; ${cost:.4f})"))
     lines.append(("mean overall score",
                   f"{scored.mean():.3f} over {len(scored)} trajectories" if len(scored)
                   else "n/a (nothing scored)"))

@@ -51,7 +51,7 @@ def build_definitions(
         assets=build_assets(judges),
         jobs=[batch_job, report_job],
         sensors=[new_drop_sensor, report_after_batch_sensor],
-        schedules=[build_daily_schedule(judges)],
+        schedules=[build_daily_schedule()],
         resources={
             "io_manager": ParquetIOManager(base_path=assets_dir or DEFAULT_ASSETS_DIR),
             "pipeline": pipeline or PipelineSettings(),

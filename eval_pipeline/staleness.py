@@ -1,4 +1,4 @@
-"""Which batches need a run: never summarised, new data, or a judge/template changed.
+"""Which batches need a run: never summarised, new data, or changed code or judges.
 
 Plain logic over what the orchestrator knows, so the daily schedule stays a thin shell.
 """
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+JUDGMENTS_PREFIX = "judgments/"
 
 
 @dataclass(frozen=True)
@@ -17,17 +19,23 @@ class BatchState:
     """The batch file fingerprint raw_trajectories last read."""
     current_fingerprint: str | None
     """The batch file fingerprint on disk now."""
-    judge_code_versions: Mapping[str, str | None]
-    """Per judge asset: the code version of its last materialization for the batch."""
+    code_versions: Mapping[str, str | None]
+    """Per asset (user string): the code version of its last materialization for the batch."""
 
 
-def why_stale(state: BatchState, expected_judge_versions: Mapping[str, str]) -> str | None:
-    """The reason a batch should be rerun, or None when it is up to date."""
+def why_stale(state: BatchState, expected_versions: Mapping[str, str]) -> str | None:
+    """The reason a batch should be rerun, or None when it is up to date.
+
+    Judges are named first: a changed model or template is the change users look for.
+    """
     if not state.summarized:
         return "missing"
     if state.current_fingerprint and state.ingested_fingerprint != state.current_fingerprint:
         return "new data"
-    for judge, expected in sorted(expected_judge_versions.items()):
-        if state.judge_code_versions.get(judge) != expected:
-            return f"judge {judge} changed"
+    changed = sorted(k for k, v in expected_versions.items() if state.code_versions.get(k) != v)
+    judges = [k for k in changed if k.startswith(JUDGMENTS_PREFIX)]
+    if judges:
+        return f"judge {judges[0].removeprefix(JUDGMENTS_PREFIX)} changed"
+    if changed:
+        return f"code of {changed[0]} changed"
     return None

@@ -24,9 +24,10 @@ def instance(tmp_path):
 
 
 def _sensor(defs, instance, cursor=None):
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
-                                      resources={"pipeline": defs.resources["pipeline"]})
-    return new_drop_sensor(context)
+    # Used as a context manager so its resources are torn down inside the test.
+    with dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
+                                 resources={"pipeline": defs.resources["pipeline"]}) as context:
+        return new_drop_sensor(context)
 
 
 def test_sensor_splits_new_drops_registers_partitions_and_requests_runs(
@@ -72,11 +73,11 @@ def test_daily_schedule_requests_missing_then_changed_judges_only(
 
     def tick(d):
         schedule = d.resolve_schedule_def("daily_rerun_schedule")
-        context = dg.build_schedule_context(
+        with dg.build_schedule_context(
             instance=instance, scheduled_execution_time=datetime(2026, 11, 22, 3, tzinfo=UTC),
             resources={"pipeline": d.resources["pipeline"]},
-            repository_def=d.get_repository_def())
-        return schedule.evaluate_tick(context)
+            repository_def=d.get_repository_def()) as context:
+            return schedule.evaluate_tick(context)
 
     first = tick(defs)
     assert sorted(r.partition_key for r in first.run_requests) == sorted(keys)

@@ -42,6 +42,9 @@ def test_cli_on_the_sample_data(project_root, tmp_path, capsys, dagster_home):
                   "judgments [heuristic]", "mean overall score", "clips: microsandbox"]:
         assert label in printed
     assert f"quarantined              {len(quarantine)}" in printed
+    for reason, n in quarantine["reason"].value_counts().items():
+        assert f"quarantined: {reason}" in printed and str(n) in printed
+    assert "format: xml_tags" in printed
 
     evaluated = [json.loads(x) for x in (out / "evaluated.jsonl").read_text("utf-8").splitlines()]
     assert len(evaluated) == len(kept)

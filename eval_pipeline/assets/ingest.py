@@ -12,9 +12,14 @@ from eval_pipeline.partitions import batches_partitions_def
 from eval_pipeline.settings import PipelineSettings
 from eval_pipeline.splitting import find_batch
 from eval_pipeline.tool_registry import default_registry
+from eval_pipeline.versions import source_version
 
 INGEST_GROUP = "ingest"
-CODE_VERSION = "1"
+RAW_VERSION = source_version("eval_pipeline.formats", "eval_pipeline.tool_registry",
+                             "eval_pipeline.models", "eval_pipeline.ingest",
+                             data_files=("rubrics/tools.yaml",))
+PREPROCESS_VERSION = source_version("eval_pipeline.preprocess", "eval_pipeline.ingest")
+CLIPS_VERSION = source_version("eval_pipeline.clips")
 
 
 def selected(context: dg.AssetExecutionContext, outputs: list[dg.Output],
@@ -30,11 +35,11 @@ def selected(context: dg.AssetExecutionContext, outputs: list[dg.Output],
     outs={
         "raw_trajectories": dg.AssetOut(
             description="One row per input record that parsed, in canonical form.",
-            kinds={"pandas", "parquet"}, code_version=CODE_VERSION, is_required=False,
+            kinds={"pandas", "parquet"}, code_version=RAW_VERSION, is_required=False,
         ),
         "quarantine": dg.AssetOut(
             description="Records that did not parse, with file, line, reason and an excerpt.",
-            kinds={"pandas", "parquet"}, code_version=CODE_VERSION, is_required=False,
+            kinds={"pandas", "parquet"}, code_version=RAW_VERSION, is_required=False,
         ),
     },
     partitions_def=batches_partitions_def,
@@ -89,11 +94,11 @@ def raw_trajectories(
         "preprocessed_trajectories": dg.AssetOut(
             description="Kept trajectories with preprocessing_metadata (tool_call_count, "
             "has_duplicates, format_corrected, tag_analysis).",
-            kinds={"pandas", "parquet"}, code_version=CODE_VERSION, is_required=False,
+            kinds={"pandas", "parquet"}, code_version=PREPROCESS_VERSION, is_required=False,
         ),
         "preprocess_report": dg.AssetOut(
             description="Every removed trajectory with its reason (frequency, duplicates).",
-            kinds={"pandas", "parquet"}, code_version=CODE_VERSION, is_required=False,
+            kinds={"pandas", "parquet"}, code_version=PREPROCESS_VERSION, is_required=False,
         ),
     },
     ins={"raw_trajectories": dg.AssetIn()},
@@ -142,7 +147,7 @@ def preprocessed_trajectories(
     partitions_def=batches_partitions_def,
     group_name=INGEST_GROUP,
     kinds={"pandas", "parquet"},
-    code_version=CODE_VERSION,
+    code_version=CLIPS_VERSION,
 )
 def clips(preprocessed_trajectories: pd.DataFrame) -> dg.Output[pd.DataFrame]:
     """One clip per tool call with its result, plus the final clip, with char offsets."""

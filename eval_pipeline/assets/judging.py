@@ -1,8 +1,8 @@
 """One judgments asset per configured judge, and the average over them.
 
 An asset factory over the judges file: each judge is its own node in the UI, and its
-code_version hashes the judge's configuration and the prompt templates, so changing one
-judge's model or a rubric makes exactly the affected branch stale.
+code_version hashes the judge's configuration, its provider's code and the prompt templates,
+so changing one judge's model or a rubric makes exactly the affected branch stale.
 """
 
 
@@ -21,17 +21,22 @@ from eval_pipeline.judges.runner import JudgmentRow, summarize_rows
 from eval_pipeline.partitions import batches_partitions_def
 from eval_pipeline.rubrics import templates_version
 from eval_pipeline.scoring import average_judgments
+from eval_pipeline.versions import source_version
 
 JUDGING_GROUP = "judging"
 JUDGE_POOL = "judge_api"
 JUDGMENT_COLUMNS = list(JudgmentRow.model_fields)
+_MODULE = {"heuristic": "heuristic", "openai": "openai_judge",
+           "openai_compatible": "openai_judge", "anthropic": "anthropic_judge"}
 # Fields that change the answer a judge gives; limits and prices do not.
 _ANSWER_SHAPING = ("provider", "model", "base_url", "preset", "temperature", "max_tokens")
 
 
 def judge_code_version(config: JudgeConfig) -> str:
     shaping = config.model_dump_json(include=set(_ANSWER_SHAPING))
-    return hashlib.sha256((shaping + templates_version()).encode()).hexdigest()[:12]
+    provider_module = f"eval_pipeline.judges.{_MODULE[config.provider]}"
+    code = source_version("eval_pipeline.judges.runner", provider_module)
+    return hashlib.sha256((shaping + templates_version() + code).encode()).hexdigest()[:12]
 
 
 def judgment_asset_key(config: JudgeConfig) -> dg.AssetKey:
@@ -105,7 +110,7 @@ def build_averaged_scores_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefi
         partitions_def=batches_partitions_def,
         group_name=JUDGING_GROUP,
         kinds={"pandas", "parquet"},
-        code_version="1",
+        code_version=source_version("eval_pipeline.scoring"),
     )
     def averaged_scores(**judgments: pd.DataFrame) -> dg.Output[pd.DataFrame]:
         """Per clip and evaluation kind: each metric's mean over the judges that succeeded."""

@@ -13,6 +13,7 @@ from eval_pipeline.judges.presets import effective_model
 from eval_pipeline.partitions import batches_partitions_def
 from eval_pipeline.report import REPORT_MEAN_KEY, build_report, report_markdown
 from eval_pipeline.scoring import summarize_trajectories
+from eval_pipeline.versions import source_version
 
 SUMMARY_GROUP = "summaries"
 
@@ -28,7 +29,7 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         partitions_def=batches_partitions_def,
         group_name=SUMMARY_GROUP,
         kinds={"pandas", "parquet"},
-        code_version="1",
+        code_version=source_version("eval_pipeline.scoring"),
     )
     def trajectory_summaries(
         preprocessed_trajectories: pd.DataFrame, clips: pd.DataFrame,
@@ -52,7 +53,7 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
             metadata={"allow_missing_partitions": True})},
         group_name=SUMMARY_GROUP,
         kinds={"pandas", "parquet"},
-        code_version="1",
+        code_version=source_version("eval_pipeline.report"),
     )
     def evaluation_report(context: dg.AssetExecutionContext,
                           trajectory_summaries) -> dg.Output[pd.DataFrame]:

@@ -1,0 +1,28 @@
+import dagster as dg
+
+from eval_pipeline.definitions import build_definitions
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.versions import source_version
+
+
+def test_version_follows_the_source_it_names(tmp_path, monkeypatch):
+    import eval_pipeline.versions as versions
+
+    module = tmp_path / "fake_mod.py"
+    module.write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = source_version("fake_mod")
+    module.write_text("X = 2\n")
+    assert source_version("fake_mod") != first
+    assert versions.source_version("eval_pipeline.clips") == source_version("eval_pipeline.clips")
+
+
+def test_every_asset_has_a_code_version_and_tables_differ_by_what_shapes_them():
+    graph = build_definitions([JudgeConfig(name="heuristic")]).resolve_asset_graph()
+    versions = {k.to_user_string(): graph.get(k).code_version
+                for k in graph.get_all_asset_keys()}
+    assert all(versions.values())
+    assert versions["raw_trajectories"] == versions["quarantine"]
+    assert versions["raw_trajectories"] != versions["clips"]
+    assert versions["judgments/heuristic"] not in {versions["clips"], versions["averaged_scores"]}
+    assert dg.AssetKey("evaluation_report") in graph.get_all_asset_keys()
