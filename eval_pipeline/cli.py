@@ -21,6 +21,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from eval_pipeline.judges.config import JudgeConfig, load_judges
+from eval_pipeline.preprocess import PreprocessConfig
 from eval_pipeline.splitting import DROP_SUFFIXES, BatchManifest, split_drop, unique_bases
 
 DAGSTER_HOME_DIRNAME = ".dagster_home"
@@ -165,7 +166,7 @@ def summary_lines(tables: dict[str, pd.DataFrame], manifests: Sequence[BatchMani
 
 
 def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
-                 split_size: int = 10, beta_threshold: int = 15,
+                 split_size: int = 10, preprocess: PreprocessConfig | None = None,
                  input_format: str | None = None, log_level: str = "WARNING"
                  ) -> dict[str, pd.DataFrame]:
     """Run every stage for every batch through Dagster and export the results."""
@@ -183,8 +184,9 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
             shutil.rmtree(folder)
     manifests = split_inputs(inputs, batches_dir, split_size)
     ensure_dagster_home()
+    preprocess = preprocess or PreprocessConfig()
     pipeline = PipelineSettings(batches_dir=str(batches_dir.resolve()), split_size=split_size,
-                                beta_threshold=beta_threshold, input_format=input_format)
+                                input_format=input_format, **preprocess.model_dump())
     defs = build_definitions(judges, pipeline=pipeline, assets_dir=str(assets_dir.resolve()))
     keys = [m.partition_key for m in manifests]
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
@@ -243,6 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="records per batch (default 10)")
     run.add_argument("--beta-threshold", type=_non_negative, default=15,
                      help="drop trajectories with more tool calls than this (default 15)")
+    run.add_argument("--frequency-filter", choices=["remove", "flag"], default="remove",
+                     help="over the beta threshold: remove the trajectory or only flag it")
+    run.add_argument("--duplicate-filter", choices=["remove", "flag"], default="remove",
+                     help="consecutive identical calls: remove the trajectory or only flag it")
     run.add_argument("--format", dest="input_format", default=None,
                      help="force an input format instead of detecting it per file")
     run.add_argument("--verbose", "-v", action="store_true", help="show Dagster's run logs")
@@ -261,16 +267,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             judges = load_judges(args.judges)
         except (ValidationError, ValueError, OSError) as exc:
             raise CliError(f"invalid judges file {args.judges}: {exc}") from exc
+        preprocess = PreprocessConfig(beta_threshold=args.beta_threshold,
+                                      frequency_filter=args.frequency_filter,
+                                      duplicate_filter=args.duplicate_filter)
         if args.dry_run:
             from eval_pipeline.dry_run import dry_run
 
             ensure_dagster_home()  # the judge cache lives under DAGSTER_HOME
-            print(dry_run(collect_inputs(args.input), judges,
-                          beta_threshold=args.beta_threshold,
+            print(dry_run(collect_inputs(args.input), judges, preprocess=preprocess,
                           input_format=args.input_format).to_table())
             return 0
         tables = run_pipeline(args.input, args.output, judges, args.split_size,
-                              args.beta_threshold, args.input_format,
+                              preprocess, args.input_format,
                               "DEBUG" if args.verbose else "WARNING")
     except CliError as exc:
         print(f"eval-pipeline: error: {exc}", file=sys.stderr)

@@ -19,10 +19,10 @@ from eval_pipeline.preprocess import PreprocessConfig
 from eval_pipeline.tool_registry import default_registry
 
 
-def tasks_from_inputs(inputs: Sequence[Path], *, beta_threshold: int = 15,
+def tasks_from_inputs(inputs: Sequence[Path], *, preprocess: PreprocessConfig | None = None,
                       input_format: str | None = None) -> list[ClipTask]:
     registry = default_registry()
-    config = PreprocessConfig(beta_threshold=beta_threshold)
+    config = preprocess or PreprocessConfig()
     tasks: list[ClipTask] = []
     for path in inputs:
         raw, _ = ingest.read_batch(path, None, path.stem, registry, input_format)
@@ -33,9 +33,9 @@ def tasks_from_inputs(inputs: Sequence[Path], *, beta_threshold: int = 15,
 
 
 def dry_run(inputs: Sequence[Path], judges: Sequence[JudgeConfig], *,
-            beta_threshold: int = 15, input_format: str | None = None,
+            preprocess: PreprocessConfig | None = None, input_format: str | None = None,
             cache_path: Path | None = None) -> DryRunEstimate:
-    tasks = tasks_from_inputs(inputs, beta_threshold=beta_threshold, input_format=input_format)
+    tasks = tasks_from_inputs(inputs, preprocess=preprocess, input_format=input_format)
     path = cache_path or default_cache_path()
     cache = JudgeCache(path) if path.exists() else None
     try:

@@ -115,6 +115,8 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
                     "format_fixes": o.format_fixes,
                     "flags": o.flags,
                     "tag_analysis": o.tag_analysis,
+                    # What the parser had to repair to read the record at all.
+                    "parser_notes": o.trajectory.extra.get("tag_notes", []),
                 }, ensure_ascii=False),
             })
             kept_rows.append(row)

@@ -120,3 +120,18 @@ def test_trajectory_ids_do_not_depend_on_the_split_size(project_root, tmp_path):
         assert raw["trajectory_id"].is_unique
         ids.append(dict(zip(raw["source_line"], raw["trajectory_id"], strict=True)))
     assert ids[0] == ids[1]
+
+
+def test_cli_flag_mode_keeps_and_flags_instead_of_removing(project_root, tmp_path):
+    drop = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
+    out = tmp_path / "flagged"
+    assert main(["run", str(drop), "--output", str(out), "--frequency-filter", "flag",
+                 "--duplicate-filter", "flag"]) == 0
+    removed = pd.read_parquet(out / "preprocess_report.parquet")
+    kept = pd.read_parquet(out / "preprocessed_trajectories.parquet")
+    assert removed.empty and len(kept) == 24
+    flags = {row.task_id: json.loads(row.preprocessing_flags) for row in kept.itertuples()}
+    assert any(f.startswith("frequency: 17 tool calls") for f in flags["sample_18"])
+    assert any(f.startswith("duplicates") for f in flags["sample_19"])
+    meta = json.loads(kept.set_index("task_id").loc["sample_17", "preprocessing_metadata"])
+    assert meta["format_corrected"] and meta["format_fixes"]
