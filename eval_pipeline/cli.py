@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -165,16 +168,62 @@ def summary_lines(tables: dict[str, pd.DataFrame], manifests: Sequence[BatchMani
     return lines
 
 
-def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
-                 split_size: int = 10, preprocess: PreprocessConfig | None = None,
-                 input_format: str | None = None, log_level: str = "WARNING"
-                 ) -> dict[str, pd.DataFrame]:
-    """Run every stage for every batch through Dagster and export the results."""
+@dataclass(frozen=True)
+class BatchRunSpec:
+    """Everything a worker process needs to rebuild the same Definitions (picklable)."""
+
+    judges: tuple[JudgeConfig, ...]
+    pipeline: dict[str, object]
+    assets_dir: str
+    log_level: str
+
+    def definitions(self):
+        from eval_pipeline.definitions import build_definitions
+        from eval_pipeline.settings import PipelineSettings
+
+        return build_definitions(self.judges, pipeline=PipelineSettings(**self.pipeline),
+                                 assets_dir=self.assets_dir)
+
+    @property
+    def run_config(self) -> dict:
+        return {"loggers": {"console": {"config": {"log_level": self.log_level}}}}
+
+
+def _execute(job, instance, run_config: dict, partition_key: str | None = None) -> str | None:
+    """Run one job in-process; the first step failure's message, or None on success."""
+    result = job.execute_in_process(partition_key=partition_key, instance=instance,
+                                    run_config=run_config, raise_on_error=False,
+                                    tags={"eval_pipeline/source": "cli"})
+    return None if result.success else _first_failure(result)
+
+
+def _run_batches_in_worker(spec: BatchRunSpec, keys: list[str]) -> tuple[str, str] | None:
+    """A worker process: its own Definitions and instance handle, the same DAGSTER_HOME."""
     import dagster as dg
 
-    from eval_pipeline.definitions import build_definitions
+    job = spec.definitions().resolve_job_def("evaluate_batch")
+    with dg.DagsterInstance.get() as instance:
+        for key in keys:
+            print(f"evaluating batch {key}", file=sys.stderr)
+            error = _execute(job, instance, spec.run_config, key)
+            if error:
+                return key, error
+    return None
+
+
+def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
+                 split_size: int = 10, preprocess: PreprocessConfig | None = None,
+                 input_format: str | None = None, log_level: str = "WARNING",
+                 workers: int = 1) -> dict[str, pd.DataFrame]:
+    """Run every stage for every batch through Dagster and export the results.
+
+    With ``workers > 1`` batches run in that many processes at once, each recording into
+    the same instance; the orchestration cost per batch is mostly event-log writes, so this
+    scales with cores.
+    """
+    import dagster as dg
+
     from eval_pipeline.partitions import BATCHES_PARTITION
-    from eval_pipeline.settings import PipelineSettings
 
     inputs = collect_inputs(input_path)
     output.mkdir(parents=True, exist_ok=True)
@@ -185,27 +234,32 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     manifests = split_inputs(inputs, batches_dir, split_size)
     ensure_dagster_home()
     preprocess = preprocess or PreprocessConfig()
-    pipeline = PipelineSettings(batches_dir=str(batches_dir.resolve()), split_size=split_size,
-                                input_format=input_format, **preprocess.model_dump())
-    defs = build_definitions(judges, pipeline=pipeline, assets_dir=str(assets_dir.resolve()))
+    spec = BatchRunSpec(
+        judges=tuple(judges),
+        pipeline={"batches_dir": str(batches_dir.resolve()), "split_size": split_size,
+                  "input_format": input_format, **preprocess.model_dump()},
+        assets_dir=str(assets_dir.resolve()),
+        log_level=log_level,
+    )
     keys = [m.partition_key for m in manifests]
-    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     with dg.DagsterInstance.get() as instance:
         instance.add_dynamic_partitions(BATCHES_PARTITION, keys)
-        batch_job = defs.resolve_job_def("evaluate_batch")
-        for key in keys:
-            print(f"evaluating batch {key}", file=sys.stderr)
-            result = batch_job.execute_in_process(partition_key=key, instance=instance,
-                                                  run_config=run_config,
-                                                  raise_on_error=False,
-                                                  tags={"eval_pipeline/source": "cli"})
-            if not result.success:
-                raise CliError(f"batch {key} failed: {_first_failure(result)}")
-        report = defs.resolve_job_def("evaluation_report_job").execute_in_process(
-            instance=instance, run_config=run_config, raise_on_error=False,
-            tags={"eval_pipeline/source": "cli"})
-        if not report.success:
-            raise CliError(f"evaluation report failed: {_first_failure(report)}")
+    shares = [keys[i::workers] for i in range(workers)] if workers > 1 else [keys]
+    if len(shares) == 1:
+        failures = [_run_batches_in_worker(spec, keys)]
+    else:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=len(shares), mp_context=context) as pool:
+            failures = list(pool.map(_run_batches_in_worker, [spec] * len(shares), shares))
+    for failure in failures:
+        if failure:
+            raise CliError(f"batch {failure[0]} failed: {failure[1]}")
+    defs = spec.definitions()
+    with dg.DagsterInstance.get() as instance:
+        error = _execute(defs.resolve_job_def("evaluation_report_job"), instance,
+                         spec.run_config)
+    if error:
+        raise CliError(f"evaluation report failed: {error}")
     tables = export_tables(assets_dir, output)
     write_evaluated(tables.get("trajectory_summaries", pd.DataFrame()),
                     output / "evaluated.jsonl")
@@ -251,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="consecutive identical calls: remove the trajectory or only flag it")
     run.add_argument("--format", dest="input_format", default=None,
                      help="force an input format instead of detecting it per file")
+    run.add_argument("--workers", type=_positive, default=1,
+                     help="batches evaluated at once, each in its own process (default 1)")
     run.add_argument("--verbose", "-v", action="store_true", help="show Dagster's run logs")
     run.add_argument("--dry-run", action="store_true",
                      help="print the judge calls, tokens and cost the run would make; "
@@ -279,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         tables = run_pipeline(args.input, args.output, judges, args.split_size,
                               preprocess, args.input_format,
-                              "DEBUG" if args.verbose else "WARNING")
+                              "DEBUG" if args.verbose else "WARNING", args.workers)
     except CliError as exc:
         print(f"eval-pipeline: error: {exc}", file=sys.stderr)
         return 1
