@@ -7,6 +7,7 @@ tables or the Dagster instance.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -50,6 +51,15 @@ def test_cli_run_with_llm_judges_rerun_costs_nothing(openai_server, anthropic_se
     assert (gpt["status"] == "ok").all() and (claude["status"] == "ok").all()
     assert len(gpt) == len(claude) == first[0]
     assert set(claude["model"]) == {"claude-sonnet-4-5"}  # the preset's default model
+    # The average is over both judges, metric by metric.
+    averaged = pd.read_parquet(out / "averaged_scores.parquet")
+    assert (averaged["n_judges_succeeded"] == 2).all() and len(averaged) == len(gpt)
+    row = averaged.iloc[0]
+    key = (row["trajectory_id"], row["clip_index"])
+    pair = [json.loads(t.set_index(["trajectory_id", "clip_index"]).loc[key, "scores"])
+            for t in (gpt, claude)]
+    expected = {m: (pair[0][m] + pair[1][m]) / 2 for m in pair[0]}
+    assert json.loads(row["scores"]) == pytest.approx(expected)
 
     assert main(args) == 0
     assert (openai_server.calls, anthropic_server.calls) == first, "rerun must not call"
