@@ -27,3 +27,13 @@ def corpora_dir() -> Path:
 @pytest.fixture(scope="session")
 def project_root() -> Path:
     return PROJECT_ROOT
+
+
+@pytest.fixture
+def instance(tmp_path: Path):
+    """A real, temporary Dagster instance (SQLite storage under tmp_path)."""
+    import dagster as dg
+
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as inst:
+        yield inst

@@ -12,6 +12,8 @@ from eval_pipeline.partitions import BATCHES_PARTITION
 from eval_pipeline.settings import PipelineSettings
 from eval_pipeline.splitting import split_drop
 
+PER_BATCH = dg.AssetSelection.all() - dg.AssetSelection.assets("evaluation_report")
+
 
 def stage_drop(drop: Path, root: Path, instance: dg.DagsterInstance, split_size: int = 10
                ) -> tuple[list[str], dg.Definitions]:

@@ -5,22 +5,12 @@ import shutil
 from datetime import UTC, datetime
 
 import dagster as dg
-import pytest
 
 from eval_pipeline.automation import new_drop_sensor
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.partitions import BATCHES_PARTITION
 from eval_pipeline.settings import PipelineSettings
-from eval_pipeline_tests.dagster_helpers import build_definitions_for
-
-PER_BATCH = dg.AssetSelection.all() - dg.AssetSelection.assets("evaluation_report")
-
-
-@pytest.fixture
-def instance(tmp_path):
-    (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as inst:
-        yield inst
+from eval_pipeline_tests.dagster_helpers import PER_BATCH, build_definitions_for
 
 
 def _sensor(defs, instance, cursor=None):

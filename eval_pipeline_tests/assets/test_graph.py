@@ -6,16 +6,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from eval_pipeline_tests.dagster_helpers import stage_drop
-
-PER_BATCH = dg.AssetSelection.all() - dg.AssetSelection.assets("evaluation_report")
-
-
-@pytest.fixture
-def instance(tmp_path):
-    (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as inst:
-        yield inst
+from eval_pipeline_tests.dagster_helpers import PER_BATCH, stage_drop
 
 
 def _materialize(defs, key, instance, selection=PER_BATCH):
