@@ -51,7 +51,7 @@ def stage_figures(paths: list[Path]) -> list[list[object]]:
         return value
 
     for path in paths:
-        raw, _q = timed("parse", lambda p=path: ingest.read_batch(p, None, p.stem, registry),
+        raw, _q = timed("parse", lambda p=path: ingest.read_batch(p, None, p.stem),
                         lambda v: len(v[0]) + len(v[1]))
         kept, _r, _s = timed("preprocess",
                              lambda raw=raw: ingest.preprocess_batch(raw, PreprocessConfig(),

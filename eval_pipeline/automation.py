@@ -36,7 +36,8 @@ def new_drop_sensor(context: dg.SensorEvaluationContext,
         fingerprint = drop_fingerprint(drop)
         if seen.get(drop.name, {}).get("fingerprint") == fingerprint:
             continue
-        manifests = split_drop(drop, pipeline.batches_path, pipeline.split_size)
+        manifests = split_drop(drop, pipeline.batches_path, pipeline.split_size,
+                               pipeline.read_options().format_for(drop))
         keys = [m.partition_key for m in manifests]
         added += [k for k in keys if not context.instance.has_dynamic_partition(
             BATCHES_PARTITION, k)]

@@ -23,9 +23,11 @@ from pathlib import Path
 import pandas as pd
 from pydantic import ValidationError
 
+from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.judges.config import JudgeConfig, load_judges
 from eval_pipeline.preprocess import PreprocessConfig
 from eval_pipeline.splitting import DROP_SUFFIXES, BatchManifest, split_drop, unique_bases
+from eval_pipeline.tool_registry import load_registry
 
 DAGSTER_HOME_DIRNAME = ".dagster_home"
 _SKIP_DIRS = {"batches", "assets", "output", DAGSTER_HOME_DIRNAME, "__pycache__"}
@@ -75,12 +77,13 @@ def ensure_dagster_home() -> Path:
     return home
 
 
-def split_inputs(inputs: Sequence[Path], batches_dir: Path, split_size: int
-                 ) -> list[BatchManifest]:
+def split_inputs(inputs: Sequence[Path], batches_dir: Path, split_size: int,
+                 read: ReadOptions) -> list[BatchManifest]:
     manifests: list[BatchManifest] = []
     bases = unique_bases(list(inputs))
     for drop in inputs:
-        for manifest in split_drop(drop, batches_dir, split_size, base=bases[drop]):
+        for manifest in split_drop(drop, batches_dir, split_size, read.format_for(drop),
+                                   base=bases[drop]):
             if any(m.partition_key == manifest.partition_key for m in manifests):
                 raise CliError(f"two inputs map to batch {manifest.partition_key!r}: rename one "
                                f"of the files named {drop.name!r}")
@@ -213,7 +216,7 @@ def _run_batches_in_worker(spec: BatchRunSpec, keys: list[str]) -> tuple[str, st
 
 def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
                  split_size: int = 10, preprocess: PreprocessConfig | None = None,
-                 input_format: str | None = None, log_level: str = "WARNING",
+                 read: ReadOptions | None = None, log_level: str = "WARNING",
                  workers: int = 1) -> dict[str, pd.DataFrame]:
     """Run every stage for every batch through Dagster and export the results.
 
@@ -231,13 +234,14 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     for folder in (batches_dir, assets_dir):
         if folder.exists():
             shutil.rmtree(folder)
-    manifests = split_inputs(inputs, batches_dir, split_size)
+    read = read or ReadOptions()
+    manifests = split_inputs(inputs, batches_dir, split_size, read)
     ensure_dagster_home()
     preprocess = preprocess or PreprocessConfig()
     spec = BatchRunSpec(
         judges=tuple(judges),
         pipeline={"batches_dir": str(batches_dir.resolve()), "split_size": split_size,
-                  "input_format": input_format, **preprocess.model_dump()},
+                  **read.model_dump(), **preprocess.model_dump()},
         assets_dir=str(assets_dir.resolve()),
         log_level=log_level,
     )
@@ -305,6 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="consecutive identical calls: remove the trajectory or only flag it")
     run.add_argument("--format", dest="input_format", default=None,
                      help="force an input format instead of detecting it per file")
+    run.add_argument("--format-for", action="append", default=[], metavar="GLOB=FORMAT",
+                     help="the format of files matching GLOB (repeatable)")
+    run.add_argument("--tools", type=Path, default=None,
+                     help="a tools.yaml mapping tags and tool names to tool types")
     run.add_argument("--workers", type=_positive, default=1,
                      help="batches evaluated at once, each in its own process (default 1)")
     run.add_argument("--verbose", "-v", action="store_true", help="show Dagster's run logs")
@@ -312,6 +320,29 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the judge calls, tokens and cost the run would make; "
                      "call nothing")
     return parser
+
+
+def read_options(args: argparse.Namespace) -> ReadOptions:
+    from eval_pipeline.formats import PARSERS
+
+    overrides: dict[str, str] = {}
+    for item in args.format_for:
+        pattern, sep, name = item.partition("=")
+        if not sep or not pattern or not name:
+            raise CliError(f"--format-for takes GLOB=FORMAT, got {item!r}")
+        overrides[pattern] = name
+    for name in [args.input_format, *overrides.values()]:
+        if name is not None and name not in PARSERS:
+            raise CliError(f"unknown format {name!r}; known: {', '.join(sorted(PARSERS))}")
+    if args.tools is not None:
+        if not args.tools.is_file():
+            raise CliError(f"tools file not found: {args.tools}")
+        try:
+            load_registry(args.tools)
+        except (ValidationError, ValueError, OSError) as exc:
+            raise CliError(f"invalid tools file {args.tools}: {exc}") from exc
+    return ReadOptions(input_format=args.input_format, format_overrides=overrides,
+                       tools_file=str(args.tools.resolve()) if args.tools else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -326,15 +357,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         preprocess = PreprocessConfig(beta_threshold=args.beta_threshold,
                                       frequency_filter=args.frequency_filter,
                                       duplicate_filter=args.duplicate_filter)
+        read = read_options(args)
         if args.dry_run:
             from eval_pipeline.dry_run import dry_run
 
             ensure_dagster_home()  # the judge cache lives under DAGSTER_HOME
             print(dry_run(collect_inputs(args.input), judges, preprocess=preprocess,
-                          input_format=args.input_format).to_table())
+                          read=read).to_table())
             return 0
         tables = run_pipeline(args.input, args.output, judges, args.split_size,
-                              preprocess, args.input_format,
+                              preprocess, read,
                               "DEBUG" if args.verbose else "WARNING", args.workers)
     except CliError as exc:
         print(f"eval-pipeline: error: {exc}", file=sys.stderr)

@@ -11,21 +11,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eval_pipeline import ingest
+from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.judges.cache import JudgeCache, default_cache_path
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.estimate import DryRunEstimate, estimate_cost
 from eval_pipeline.judges.runner import ClipTask
 from eval_pipeline.preprocess import PreprocessConfig
-from eval_pipeline.tool_registry import default_registry
 
 
 def tasks_from_inputs(inputs: Sequence[Path], *, preprocess: PreprocessConfig | None = None,
-                      input_format: str | None = None) -> list[ClipTask]:
-    registry = default_registry()
+                      read: ReadOptions | None = None) -> list[ClipTask]:
+    read = read or ReadOptions()
+    registry = read.registry()
     config = preprocess or PreprocessConfig()
     tasks: list[ClipTask] = []
     for path in inputs:
-        raw, _ = ingest.read_batch(path, None, path.stem, registry, input_format)
+        raw, _ = ingest.read_batch(path, None, path.stem, read)
         kept, _, _ = ingest.preprocess_batch(raw, config, registry)
         if len(kept):
             tasks.extend(ingest.clip_tasks(ingest.clips_table(kept), kept))
@@ -33,9 +34,9 @@ def tasks_from_inputs(inputs: Sequence[Path], *, preprocess: PreprocessConfig | 
 
 
 def dry_run(inputs: Sequence[Path], judges: Sequence[JudgeConfig], *,
-            preprocess: PreprocessConfig | None = None, input_format: str | None = None,
+            preprocess: PreprocessConfig | None = None, read: ReadOptions | None = None,
             cache_path: Path | None = None) -> DryRunEstimate:
-    tasks = tasks_from_inputs(inputs, preprocess=preprocess, input_format=input_format)
+    tasks = tasks_from_inputs(inputs, preprocess=preprocess, read=read)
     path = cache_path or default_cache_path()
     cache = JudgeCache(path) if path.exists() else None
     try:

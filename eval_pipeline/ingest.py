@@ -6,11 +6,14 @@ tests, the CLI and the UI.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
+from pydantic import BaseModel, Field
 
 from eval_pipeline.clips import Clip, segment
 from eval_pipeline.formats import parse_file
@@ -22,7 +25,7 @@ from eval_pipeline.judges.runner import ClipTask
 from eval_pipeline.models import QuarantinedRecord, Step, Trajectory, steps_from_json
 from eval_pipeline.preprocess import PreprocessConfig, PreprocessStats, preprocess_one, summarize
 from eval_pipeline.splitting import BatchManifest, drop_fingerprint
-from eval_pipeline.tool_registry import ToolRegistry
+from eval_pipeline.tool_registry import ToolRegistry, default_registry, load_registry
 
 RAW_COLUMNS = list(Trajectory.model_fields)
 QUARANTINE_COLUMNS = list(QuarantinedRecord.model_fields)
@@ -42,16 +45,43 @@ def _unchanged_drop(manifest: BatchManifest) -> bool:
     return drop.is_file() and drop_fingerprint(drop) == manifest.fingerprint
 
 
+class ReadOptions(BaseModel):
+    """How input files are read: forced or per-file formats, and the tool registry."""
+
+    input_format: str | None = Field(default=None, description="Force one format for all.")
+    format_overrides: dict[str, str] = Field(
+        default_factory=dict, description="Glob on the drop's name or path -> format name.")
+    tools_file: str | None = Field(
+        default=None, description="A tools.yaml replacing the packaged tool registry.")
+
+    def registry(self) -> ToolRegistry:
+        return _registry(self.tools_file)
+
+    def format_for(self, drop: Path) -> str | None:
+        if self.input_format:
+            return self.input_format
+        for pattern, name in self.format_overrides.items():
+            if fnmatch.fnmatch(drop.name, pattern) or fnmatch.fnmatch(drop.as_posix(), pattern):
+                return name
+        return None
+
+
+@lru_cache(maxsize=8)
+def _registry(tools_file: str | None) -> ToolRegistry:
+    return load_registry(tools_file) if tools_file else default_registry()
+
+
 def read_batch(path: Path, manifest: BatchManifest | None, batch: str,
-               registry: ToolRegistry, format_name: str | None = None
-               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+               options: ReadOptions | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Parse a batch file; line numbers and file names point back at the user's drop."""
-    source_file = Path(manifest.drop_file).name if manifest else path.name
+    options = options or ReadOptions()
+    drop = Path(manifest.drop_file) if manifest else path
+    source_file = drop.name
     if manifest and manifest.lines is None and _unchanged_drop(manifest):
         # A whole-file batch is read from the drop itself, where its sibling files are.
-        path = Path(manifest.drop_file)
-    parsed = parse_file(path, batch, format_name=format_name, registry=registry,
-                        source_file=source_file)
+        path = drop
+    parsed = parse_file(path, batch, format_name=options.format_for(drop),
+                        registry=options.registry(), source_file=source_file)
     lines = manifest.lines if manifest else None
 
     def original(line: int) -> int:

@@ -9,7 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
+from pydantic import Field
 
+from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.preprocess import FilterMode, PreprocessConfig
 
 
@@ -23,6 +25,10 @@ class PipelineSettings(dg.ConfigurableResource):
     repair_tags: bool = True
     input_format: str | None = None
     """Force one input format for every file instead of detecting it per file."""
+    format_overrides: dict[str, str] = Field(default_factory=dict)
+    """Per-file format: glob on the drop's name or path -> format name."""
+    tools_file: str | None = None
+    """A tools.yaml (tag/name -> tool type) replacing the packaged registry."""
 
     @property
     def incoming_path(self) -> Path:
@@ -31,6 +37,10 @@ class PipelineSettings(dg.ConfigurableResource):
     @property
     def batches_path(self) -> Path:
         return Path(self.batches_dir)
+
+    def read_options(self) -> ReadOptions:
+        return ReadOptions(input_format=self.input_format,
+                           format_overrides=self.format_overrides, tools_file=self.tools_file)
 
     def preprocess_config(self) -> PreprocessConfig:
         return PreprocessConfig(

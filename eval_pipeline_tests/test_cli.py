@@ -151,3 +151,24 @@ def test_cli_workers_give_the_same_tables_as_one_process(project_root, tmp_path,
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         runs = instance.get_runs(filters=dg.RunsFilter(job_name="evaluate_batch"))
         assert len(runs) == 6 and all(r.is_success for r in runs)
+
+
+def test_cli_per_file_format_override_and_custom_tool_registry(project_root, tmp_path):
+    drop = tmp_path / "in" / "runs.log"
+    drop.parent.mkdir()
+    # ReAct text in a .log file, with a tool the packaged registry does not know.
+    drop.write_text("Question: What is 2+2?\nThought: I should compute it.\nAction: abacus\n"
+                    "Action Input: {\"expr\": \"2+2\"}\nObservation: 4\n"
+                    "Thought: I know the answer.\nAnswer: 4\n", "utf-8")
+    tools = tmp_path / "tools.yaml"
+    tools.write_text("tool_types:\n  microsandbox:\n    tags: [microsandbox]\n"
+                     "    names: [abacus]\n", "utf-8")
+    out = tmp_path / "out"
+    assert main(["run", str(drop.parent), "--output", str(out), "--format-for",
+                 "*.log=react_text", "--tools", str(tools)]) == 0
+    raw = pd.read_parquet(out / "raw_trajectories.parquet")
+    assert list(raw["source_format"]) == ["react_text"]
+    clips = pd.read_parquet(out / "clips.parquet")
+    assert "microsandbox" in set(clips["tool_type"])  # abacus, through the custom registry
+    bad = main(["run", str(drop.parent), "--output", str(out), "--format-for", "*.log=nope"])
+    assert bad == 1

@@ -11,7 +11,6 @@ from eval_pipeline.assets.metadata import counts, preview
 from eval_pipeline.partitions import batches_partitions_def
 from eval_pipeline.settings import PipelineSettings
 from eval_pipeline.splitting import find_batch
-from eval_pipeline.tool_registry import default_registry
 from eval_pipeline.versions import source_version
 
 INGEST_GROUP = "ingest"
@@ -57,7 +56,7 @@ def raw_trajectories(
     """Parse one batch file with the format detected for it (or the configured one)."""
     path, manifest = find_batch(pipeline.batches_path, context.partition_key)
     raw, quarantined = ingest.read_batch(path, manifest, context.partition_key,
-                                         default_registry(), pipeline.input_format)
+                                         pipeline.read_options())
     expected = len(manifest.lines) if manifest.lines is not None else len(raw) + len(quarantined)
     accounted = len(raw) + len(quarantined)
     outputs = [dg.Output(raw, output_name="raw_trajectories", metadata={
@@ -114,7 +113,7 @@ def preprocessed_trajectories(
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
     """Beta threshold, consecutive duplicate calls and tag repair, as the original tool."""
     kept, removed, stats = ingest.preprocess_batch(
-        raw_trajectories, pipeline.preprocess_config(), default_registry()
+        raw_trajectories, pipeline.preprocess_config(), pipeline.read_options().registry()
     )
     context.log.info("\n" + stats.render())
     outputs = [dg.Output(kept, output_name="preprocessed_trajectories", metadata={
