@@ -161,6 +161,9 @@ def summary_lines(tables: dict[str, pd.DataFrame], manifests: Sequence[BatchMani
         lines.append((f"judgments [{judge.name}]",
                       f"{len(table)} ({detail}; cached {cached}; tokens {tokens[0]} in "
                       f"/ {tokens[1]} out; ${cost:.4f})"))
+    routing = tables.get("routing_checks")
+    if routing is not None and len(routing):
+        lines.append(("routing checks", f"{int(routing['passed'].sum())}/{len(routing)} passed"))
     lines.append(("mean overall score",
                   f"{scored.mean():.3f} over {len(scored)} trajectories" if len(scored)
                   else "n/a (nothing scored)"))

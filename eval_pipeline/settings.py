@@ -13,6 +13,7 @@ from pydantic import Field
 
 from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.preprocess import FilterMode, PreprocessConfig
+from eval_pipeline.routing import RoutingMode
 
 
 class PipelineSettings(dg.ConfigurableResource):
@@ -29,6 +30,8 @@ class PipelineSettings(dg.ConfigurableResource):
     """Per-file format: glob on the drop's name or path -> format name."""
     tools_file: str | None = None
     """A tools.yaml (tag/name -> tool type) replacing the packaged registry."""
+    routing_mode: RoutingMode = "subset"
+    """subset: every expected tool was called; exact: and no other tool."""
 
     @property
     def incoming_path(self) -> Path:

@@ -172,3 +172,19 @@ def test_cli_per_file_format_override_and_custom_tool_registry(project_root, tmp
     assert "microsandbox" in set(clips["tool_type"])  # abacus, through the custom registry
     bad = main(["run", str(drop.parent), "--output", str(out), "--format-for", "*.log=nope"])
     assert bad == 1
+
+
+def test_cli_routing_cases_are_checked_deterministically(tmp_path, capsys):
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("\n".join(json.dumps(c) for c in [
+        {"name": "kb", "prompt": "What do people say about type hints?",
+         "expected_tools": ["search_knowledge_base"]},
+        {"name": "chit-chat", "prompt": "Hi!", "expected_tools": []},
+    ]) + "\n", "utf-8")
+    out = tmp_path / "out"
+    assert main(["run", str(cases), "--output", str(out)]) == 0
+    routing = pd.read_parquet(out / "routing_checks.parquet").set_index("task_id")
+    # A case file holds prompts only: nothing was called, so only "call nothing" passes.
+    assert not routing.loc["kb", "passed"] and routing.loc["chit-chat", "passed"]
+    assert json.loads(routing.loc["kb", "missing"]) == ["search_knowledge_base"]
+    assert re.search(r"^routing checks\s+1/2 passed$", capsys.readouterr().out, re.MULTILINE)

@@ -9,6 +9,7 @@ from eval_pipeline.judges.config import JudgeConfig
 
 EXPECTED = {
     "raw_trajectories", "quarantine", "preprocessed_trajectories", "preprocess_report", "clips",
+    "routing_checks",
     "judgments/heuristic", "averaged_scores", "trajectory_summaries", "evaluation_report",
 }
 

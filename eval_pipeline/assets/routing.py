@@ -1,0 +1,66 @@
+"""Deterministic routing checks per batch: expected tools against the tools called."""
+
+import json
+
+import dagster as dg
+import pandas as pd
+
+from eval_pipeline.assets.metadata import preview
+from eval_pipeline.models import steps_from_json
+from eval_pipeline.partitions import batches_partitions_def
+from eval_pipeline.routing import RoutingResult, check_routing, render_report
+from eval_pipeline.settings import PipelineSettings
+from eval_pipeline.versions import source_version
+
+ROUTING_COLUMNS = list(RoutingResult.model_fields)
+_LIST_COLUMNS = ("expected_tools", "actual_tools", "missing", "unexpected", "argument_failures")
+
+
+def routing_table(preprocessed: pd.DataFrame, mode: str) -> tuple[pd.DataFrame,
+                                                                   list[RoutingResult]]:
+    results = []
+    for row in preprocessed.to_dict("records"):
+        expected = row.get("expected_tools")
+        if not isinstance(expected, str):  # no expectation recorded: nothing to check
+            continue
+        calls = row.get("expected_calls")
+        results.append(check_routing(
+            row["trajectory_id"], str(row["task_id"]), steps_from_json(row["steps"]),
+            json.loads(expected), json.loads(calls) if isinstance(calls, str) else None,
+            str(row.get("source_format") or ""), mode,  # type: ignore[arg-type]
+        ))
+    rows = []
+    for r in results:
+        row = r.model_dump()
+        for column in _LIST_COLUMNS:
+            row[column] = json.dumps(row[column], ensure_ascii=False)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=ROUTING_COLUMNS), results
+
+
+@dg.asset(
+    partitions_def=batches_partitions_def,
+    group_name="judging",
+    kinds={"pandas", "parquet"},
+    code_version=source_version("eval_pipeline.routing", "eval_pipeline.assets.routing"),
+)
+def routing_checks(pipeline: PipelineSettings,
+                   preprocessed_trajectories: pd.DataFrame) -> dg.Output[pd.DataFrame]:
+    """Pass/fail per trajectory that carries expected tools (no LLM): were they called?"""
+    table, results = routing_table(preprocessed_trajectories, pipeline.routing_mode)
+    passed = int(table["passed"].sum()) if len(table) else 0
+    args = table[table["arguments_checked"] > 0] if len(table) else table
+    return dg.Output(table, metadata={
+        "checked": len(table),
+        "passed": passed,
+        "pass_rate": dg.MetadataValue.float(round(passed / len(table), 4)) if len(table)
+        else dg.MetadataValue.null(),
+        "arguments_checked": len(args),
+        "arguments_passed": int(args["arguments_passed"].fillna(False).astype(bool).sum())
+        if len(args) else 0,
+        "mode": pipeline.routing_mode,
+        "report": dg.MetadataValue.md(f"```\n{render_report(results)}\n```") if results
+        else dg.MetadataValue.md("_no trajectory in this batch carries expected tools_"),
+        "preview": preview(table, ["task_id", "passed", "expected_tools", "actual_tools",
+                                   "reason"]),
+    })
