@@ -124,7 +124,7 @@ def write_evaluated(summaries: pd.DataFrame, path: Path) -> int:
     return len(ordered)
 
 
-def summary_lines(tables: dict[str, pd.DataFrame], manifests: Sequence[BatchManifest],
+def summary_lines(tables: dict[str, pd.DataFrame], batches: int,
                   judges: Sequence[JudgeConfig]) -> list[tuple[str, object]]:
     def rows(name: str) -> int:
         return len(tables.get(name, ()))
@@ -134,7 +134,7 @@ def summary_lines(tables: dict[str, pd.DataFrame], manifests: Sequence[BatchMani
     summaries = tables.get("trajectory_summaries", pd.DataFrame())
     scored = summaries["overall_trajectory_score"].dropna() if len(summaries) else pd.Series()
     lines: list[tuple[str, object]] = [
-        ("batches", len(manifests)),
+        ("batches", batches),
         ("records read", raw + quarantined),
         ("kept", kept),
         ("removed (preprocessing)", removed),
@@ -376,8 +376,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     from tabulate import tabulate
 
-    manifests_count = len(list((args.output / "batches").glob("*/*.manifest.json")))
-    lines = summary_lines(tables, [None] * manifests_count, judges)  # type: ignore[list-item]
+    batches = len(list((args.output / "batches").glob("*/*.manifest.json")))
+    lines = summary_lines(tables, batches, judges)
     print(tabulate(lines, headers=["", "value"], tablefmt="simple"))
     print(f"\nwrote {args.output / 'evaluated.jsonl'} and "
           f"{len(tables)} asset tables to {args.output}/")
