@@ -39,17 +39,20 @@ class CliError(Exception):
     """A problem the user can fix; printed without a traceback, exit code 1."""
 
 
-def collect_inputs(path: Path) -> list[Path]:
+def collect_inputs(path: Path, exclude: Path | None = None) -> list[Path]:
+    """Input files under ``path``; never the pipeline's own output folder or hidden files."""
     if not path.exists():
         raise CliError(f"input not found: {path}")
     if path.is_file():
         return [path]
+    skip = exclude.resolve() if exclude is not None else None
     found = sorted(
         p for p in path.rglob("*")
         if p.is_file() and p.suffix.lower() in DROP_SUFFIXES
         and not any(part in _SKIP_DIRS or part.startswith(".")
                     for part in p.relative_to(path).parts[:-1])
         and not p.name.startswith(".")
+        and not (skip is not None and p.resolve().is_relative_to(skip))
     )
     if not found:
         raise CliError(f"no input files ({', '.join(sorted(DROP_SUFFIXES))}) under {path}")
@@ -231,7 +234,7 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
 
     from eval_pipeline.partitions import BATCHES_PARTITION
 
-    inputs = collect_inputs(input_path)
+    inputs = collect_inputs(input_path, exclude=output)
     output.mkdir(parents=True, exist_ok=True)
     batches_dir, assets_dir = output / "batches", output / "assets"
     for folder in (batches_dir, assets_dir):

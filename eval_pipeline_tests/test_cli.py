@@ -188,3 +188,14 @@ def test_cli_routing_cases_are_checked_deterministically(tmp_path, capsys):
     assert not routing.loc["kb", "passed"] and routing.loc["chit-chat", "passed"]
     assert json.loads(routing.loc["kb", "missing"]) == ["search_knowledge_base"]
     assert re.search(r"^routing checks\s+1/2 passed$", capsys.readouterr().out, re.MULTILINE)
+
+
+def test_cli_output_inside_the_input_folder_is_not_read_back(project_root, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "runs.jsonl").write_bytes(
+        (project_root / "data" / "incoming" / "sample_malformed.jsonl").read_bytes())
+    for _ in range(2):
+        assert main(["run", str(data), "--output", str(data / "results")]) == 0
+    raw = pd.read_parquet(data / "results" / "raw_trajectories.parquet")
+    assert set(raw["source_file"]) == {"runs.jsonl"}
