@@ -96,3 +96,23 @@ def test_daily_schedule_requests_missing_then_changed_judges_only(
     fourth = tick(defs)
     reasons = {r.partition_key: r.tags["eval_pipeline/rerun_reason"] for r in fourth.run_requests}
     assert reasons[done] == "new data"
+
+
+def test_a_successful_batch_run_requests_the_report(project_root, tmp_path, instance):
+    from eval_pipeline.automation import report_after_batch_sensor
+    from eval_pipeline_tests.dagster_helpers import stage_drop
+
+    drop = project_root / "data" / "incoming" / "sample_malformed.jsonl"
+    (key,), defs = stage_drop(drop, tmp_path, instance)
+    result = defs.resolve_job_def("evaluate_batch").execute_in_process(
+        partition_key=key, instance=instance)
+    assert result.success
+    (record,) = instance.all_logs(result.run_id, of_type=dg.DagsterEventType.RUN_SUCCESS)
+    success_event = record.dagster_event
+    context = dg.build_run_status_sensor_context(
+        sensor_name="report_after_batch_sensor", dagster_event=success_event,
+        dagster_instance=instance, dagster_run=result.dagster_run,
+        repository_def=defs.get_repository_def())
+    request = report_after_batch_sensor(context)
+    assert request.run_key == f"report:{result.run_id}"
+    assert [t.job_name for t in report_after_batch_sensor.targets] == ["evaluation_report_job"]
