@@ -170,6 +170,15 @@ def summary_lines(tables: dict[str, pd.DataFrame], batches: int,
     lines.append(("mean overall score",
                   f"{scored.mean():.3f} over {len(scored)} trajectories" if len(scored)
                   else "n/a (nothing scored)"))
+    report = tables.get("evaluation_report")
+    if report is not None and len(report) and (report["batch"] == "ALL").any():
+        overall = report[report["batch"] == "ALL"].iloc[0]
+        for column, label in (("thought_to_tool_accuracy", "thought-to-tool accuracy"),
+                              ("query_to_thought_accuracy", "query-to-thought accuracy"),
+                              ("sequence_optimality_accuracy", "sequence optimality")):
+            value = overall.get(column)
+            if value is not None and pd.notna(value):
+                lines.append((label, f"{float(value):.3f}"))
     clips = tables.get("clips")
     if clips is not None and len(clips):
         for tool, n in clips["tool_type"].value_counts().items():

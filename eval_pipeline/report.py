@@ -1,4 +1,11 @@
-"""The evaluation report over all batches: per batch and overall figures."""
+"""The evaluation report over all batches: per batch and overall figures.
+
+Besides the original tool's figures, each row carries the seed's three ReAct accuracies:
+thought-to-tool and query-to-thought accuracy pooled over every scored clip of the batch
+(the share of tool selections that match the reasoning, of thoughts aligned with the
+query), and sequence-optimality accuracy over its scored trajectories. A batch where no
+judge produced a kind has no figure for it (None), never 0.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +19,37 @@ import pandas as pd
 REPORT_MEAN_KEY = "mean_overall_score"
 REPORT_COLUMNS = [
     "batch", "trajectories", "scored_trajectories", "total_clips", "successful_evaluations",
-    "clip_success_rate", "mean_overall_score", "agent_success_rate", "tool_type_means",
+    "clip_success_rate", "mean_overall_score", "agent_success_rate",
+    "thought_to_tool_accuracy", "query_to_thought_accuracy", "sequence_optimality_accuracy",
+    "tool_type_means",
 ]
+REACT_ACCURACY_COLUMNS = REPORT_COLUMNS[8:11]
+
+
+def _react_accuracies(df: pd.DataFrame) -> dict[str, float | None]:
+    pooled: dict[str, list[float]] = {"thought_to_tool": [0.0, 0.0],
+                                      "query_to_thought": [0.0, 0.0]}
+    sequence: list[float] = []
+    for meta in df["evaluation_metadata"]:
+        react = json.loads(meta).get("react_evaluations")
+        if not react:
+            continue
+        for kind, acc in pooled.items():
+            entry = react.get(kind) or {}
+            if entry.get("accuracy") is not None and entry.get("scored"):
+                acc[0] += entry["accuracy"] * entry["scored"]
+                acc[1] += entry["scored"]
+        score = (react.get("sequence_optimality") or {}).get("score")
+        if score is not None:
+            sequence.append(float(score))
+    return {
+        "thought_to_tool_accuracy": (pooled["thought_to_tool"][0] / pooled["thought_to_tool"][1]
+                                     if pooled["thought_to_tool"][1] else None),
+        "query_to_thought_accuracy": (pooled["query_to_thought"][0]
+                                      / pooled["query_to_thought"][1]
+                                      if pooled["query_to_thought"][1] else None),
+        "sequence_optimality_accuracy": fmean(sequence) if sequence else None,
+    }
 
 
 def _row(batch: str, df: pd.DataFrame) -> dict:
@@ -35,6 +71,7 @@ def _row(batch: str, df: pd.DataFrame) -> dict:
         "clip_success_rate": ok / clips if clips else None,
         "mean_overall_score": float(scored.mean()) if len(scored) else None,
         "agent_success_rate": float(success.astype(bool).mean()) if len(success) else None,
+        **_react_accuracies(df),
         "tool_type_means": json.dumps({t: round(fmean(v), 4)
                                        for t, v in sorted(tool_scores.items())}),
     }

@@ -44,6 +44,8 @@ class LLMJudgeResource(dg.ConfigurableResource):
     input_price_per_mtok: float | None = None
     output_price_per_mtok: float | None = None
     budget_usd: float | None = None
+    evaluations: list[str] | None = Field(
+        default=None, description="Evaluation kinds to produce (default: all four)")
     api_key: str | None = Field(default=None, description="Bound from EnvVar(api_key_env)")
     cache_path: str | None = Field(
         default=None, description="SQLite judge cache; default $DAGSTER_HOME/storage")
@@ -77,7 +79,7 @@ class LLMJudgeResource(dg.ConfigurableResource):
         cache = self.open_cache()
         try:
             return await run_judge(self.build(), tasks, config.concurrency,
-                                   self.runtime(cache))
+                                   self.runtime(cache), evaluations=config.evaluations)
         finally:
             if cache is not None:
                 cache.close()

@@ -3,6 +3,12 @@
 A failed judgment never contributes: a metric's mean is over the judges that succeeded,
 and a clip no judge could score has no scores at all (never zeros). A trajectory with no
 scored clip has no overall score.
+
+The ReAct evaluations (thought_to_tool, query_to_thought, sequence_optimality) average the
+same way: their single metric is 1.0 or 0.0 per judge, so the mean over the judges that
+succeeded is the judges' agreement with the positive label, and the row also carries the
+majority label. They never enter the original tool's ``evaluation_metadata`` figures or
+``overall_trajectory_score``; they get their own columns and a ``react_evaluations`` block.
 """
 
 from __future__ import annotations
@@ -15,10 +21,18 @@ from typing import Any
 
 import pandas as pd
 
+from eval_pipeline.rubrics import (
+    EVAL_KIND_CLIP,
+    EVAL_QUERY_TO_THOUGHT,
+    EVAL_SEQUENCE_OPTIMALITY,
+    EVAL_THOUGHT_TO_TOOL,
+    REACT_EVALUATIONS,
+)
+
 AVERAGED_COLUMNS = [
     "trajectory_id", "clip_index", "evaluation_kind", "tool_type", "status", "scores",
     "mean_score", "n_judges", "n_judges_succeeded", "judges", "spread", "summary", "reasoning",
-    "errors",
+    "errors", "label", "label_counts",
 ]
 
 
@@ -28,6 +42,18 @@ def _loads(value: Any) -> dict[str, Any]:
     if not value:
         return {}
     return json.loads(value)
+
+
+def majority_label(labels: Iterable[Any]) -> tuple[str | None, dict[str, int]]:
+    """The most common label and the counts; no label on a tie (the judges disagree evenly)."""
+    counts: dict[str, int] = defaultdict(int)
+    for label in labels:
+        if isinstance(label, str) and label:
+            counts[label] += 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    if not ranked or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
+        return None, dict(ranked)
+    return ranked[0][0], dict(ranked)
 
 
 def average_judgments(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -51,6 +77,8 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         combined = len(ok) > 1
         errors = [f"{j}: {e}" for j, e in zip(group["judge"], group["error"], strict=True)
                   if isinstance(e, str) and e]
+        label, label_counts = (majority_label(ok["label"]) if "label" in ok
+                               else (None, {}))
         out.append({
             "trajectory_id": tid,
             "clip_index": int(clip_index),
@@ -68,6 +96,8 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
             "reasoning": ("Combined evaluation: " + " | ".join(reasonings)) if combined
             else (reasonings[0] if reasonings else ""),
             "errors": json.dumps(errors, ensure_ascii=False),
+            "label": label,
+            "label_counts": json.dumps(label_counts, ensure_ascii=False),
         })
     return pd.DataFrame(out, columns=AVERAGED_COLUMNS)
 
@@ -108,12 +138,40 @@ def evaluation_metadata(clip_rows: Sequence[Mapping[str, Any]], model_names: Seq
     }
 
 
-def clip_evaluation_block(row: Mapping[str, Any]) -> str:
-    """The ``<clip_evaluation>`` block embedded after a clip (multi-model layout)."""
+def react_label_text(row: Mapping[str, Any]) -> str:
+    """How one averaged ReAct row reads in the embedded text: the label and the agreement."""
+    if row["status"] != "ok":
+        return "not scored"
+    counts = _loads(row.get("label_counts"))
+    n = int(row["n_judges_succeeded"])
+    label = row.get("label")
+    if not isinstance(label, str) or not label:
+        return "split (" + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")"
+    return label if n == 1 else f"{label} ({counts.get(label, 0)} of {n} judges)"
+
+
+def react_checks_line(react_rows: Sequence[Mapping[str, Any]]) -> str:
+    """``<react_checks>thought_to_tool: correct; query_to_thought: correct</react_checks>``."""
+    order = {k: i for i, k in enumerate(REACT_EVALUATIONS)}
+    parts = [f"{r['evaluation_kind']}: {react_label_text(r)}"
+             for r in sorted(react_rows, key=lambda r: order.get(r["evaluation_kind"], 99))]
+    return f"<react_checks>{'; '.join(parts)}</react_checks>\n" if parts else ""
+
+
+def clip_evaluation_block(row: Mapping[str, Any] | None,
+                          react_rows: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The ``<clip_evaluation>`` block embedded after a clip (multi-model layout).
+
+    The clip's ReAct labels, if any, go in a ``<react_checks>`` line inside the block.
+    """
+    react = react_checks_line(react_rows)
+    if row is None:
+        return f"\n<clip_evaluation>\n{react}</clip_evaluation>\n"
     if row["status"] != "ok":
         return (
             "\n<clip_evaluation>\n<error>No judge could score this clip: "
-            + "; ".join(json.loads(row["errors"] or "[]")) + "</error>\n</clip_evaluation>\n"
+            + "; ".join(json.loads(row["errors"] or "[]")) + "</error>\n"
+            + react + "</clip_evaluation>\n"
         )
     scores = json.dumps(_loads(row["scores"]), indent=2)
     n = int(row["n_judges_succeeded"])
@@ -121,8 +179,59 @@ def clip_evaluation_block(row: Mapping[str, Any]) -> str:
         f"\n<clip_evaluation>\n<scores>\n{scores}\n</scores>\n"
         f"<summary>{row['summary']}</summary>\n<reasoning>{row['reasoning']}</reasoning>\n"
         f"<model_info>Averaged from {n} model{'s' if n != 1 else ''}</model_info>\n"
-        "</clip_evaluation>\n"
+        f"{react}</clip_evaluation>\n"
     )
+
+
+def trajectory_evaluation_block(row: Mapping[str, Any]) -> str:
+    """The ``<trajectory_evaluation>`` block appended at the end: sequence optimality."""
+    if row["status"] != "ok":
+        return ("\n<trajectory_evaluation>\n<sequence_optimality>not scored"
+                "</sequence_optimality>\n<error>" + "; ".join(json.loads(row["errors"] or "[]"))
+                + "</error>\n</trajectory_evaluation>\n")
+    score = _loads(row["scores"]).get(EVAL_SEQUENCE_OPTIMALITY)
+    n = int(row["n_judges_succeeded"])
+    return (
+        "\n<trajectory_evaluation>\n"
+        f"<sequence_optimality>{react_label_text(row)}</sequence_optimality>\n"
+        f"<score>{score}</score>\n"
+        f"<summary>{row['summary']}</summary>\n<reasoning>{row['reasoning']}</reasoning>\n"
+        f"<model_info>Averaged from {n} model{'s' if n != 1 else ''}</model_info>\n"
+        "</trajectory_evaluation>\n"
+    )
+
+
+def react_evaluations(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One trajectory's ReAct figures (the ``react_evaluations`` metadata block).
+
+    thought_to_tool / query_to_thought: ``accuracy`` is the mean score over the clips some
+    judge scored (each clip's score is already the judges' agreement), ``scored`` of
+    ``total`` clips, and the majority labels counted. sequence_optimality: the averaged
+    score and label of the trajectory's single row. A kind nobody scored has no accuracy.
+    """
+    block: dict[str, Any] = {}
+    for kind in (EVAL_THOUGHT_TO_TOOL, EVAL_QUERY_TO_THOUGHT):
+        kind_rows = [r for r in rows if r["evaluation_kind"] == kind]
+        scored = [_loads(r["scores"])[kind] for r in kind_rows if r["status"] == "ok"]
+        labels: dict[str, int] = defaultdict(int)
+        for r in kind_rows:
+            if r["status"] == "ok":
+                labels[react_label_text(r).split(" (")[0]] += 1
+        block[kind] = {
+            "accuracy": fmean(scored) if scored else None,
+            "scored": len(scored),
+            "total": len(kind_rows),
+            "labels": dict(sorted(labels.items())),
+        }
+    seq = [r for r in rows if r["evaluation_kind"] == EVAL_SEQUENCE_OPTIMALITY]
+    seq_ok = [r for r in seq if r["status"] == "ok"]
+    block[EVAL_SEQUENCE_OPTIMALITY] = {
+        "score": _loads(seq_ok[0]["scores"])[EVAL_SEQUENCE_OPTIMALITY] if seq_ok else None,
+        "label": seq_ok[0]["label"] if seq_ok and isinstance(seq_ok[0]["label"], str)
+        else None,
+        "scored": bool(seq_ok),
+    }
+    return block
 
 
 def embed_evaluations(raw_response: str, clip_ends: Iterable[tuple[int, str]]) -> str:
@@ -137,15 +246,20 @@ SUMMARY_COLUMNS = [
     "trajectory_id", "batch", "task_id", "source_format", "source_file", "source_line",
     "task_description", "timestamp", "duration", "success", "final_result", "raw_response",
     "total_clips", "successful_evaluations", "success_rate", "overall_trajectory_score",
+    "thought_to_tool_accuracy", "query_to_thought_accuracy", "sequence_optimality",
     "evaluation_metadata", "full_response_with_evaluations",
 ]
 
 
 def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
                            averaged: pd.DataFrame, model_names: Sequence[str]) -> pd.DataFrame:
-    clip_kind = (averaged[averaged["evaluation_kind"] == "clip_rubric"] if len(averaged)
+    clip_kind = (averaged[averaged["evaluation_kind"] == EVAL_KIND_CLIP] if len(averaged)
                  else averaged)
+    react_kind = (averaged[averaged["evaluation_kind"].isin(list(REACT_EVALUATIONS))]
+                  if len(averaged) else averaged)
+    has_react = len(react_kind) > 0
     by_traj = {tid: g.sort_values("clip_index") for tid, g in clip_kind.groupby("trajectory_id")}
+    react_by_traj = {tid: g.to_dict("records") for tid, g in react_kind.groupby("trajectory_id")}
     ends = {
         (tid, int(ci)): int(end)
         for tid, ci, end in zip(clips["trajectory_id"], clips["clip_index"], clips["end"],
@@ -157,15 +271,34 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
         group = by_traj.get(tid)
         clip_rows = group.to_dict("records") if group is not None else []
         meta = evaluation_metadata(clip_rows, model_names)
-        blocks = [(ends[(tid, int(r["clip_index"]))], clip_evaluation_block(r))
-                  for r in clip_rows if (tid, int(r["clip_index"])) in ends]
+        react_rows = react_by_traj.get(tid, [])
+        react_per_clip: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for r in react_rows:
+            if int(r["clip_index"]) >= 0:
+                react_per_clip[int(r["clip_index"])].append(r)
+        rubric_per_clip = {int(r["clip_index"]): r for r in clip_rows}
+        blocks = [(ends[(tid, ci)], clip_evaluation_block(rubric_per_clip.get(ci),
+                                                          react_per_clip.get(ci, [])))
+                  for ci in sorted(set(rubric_per_clip) | set(react_per_clip))
+                  if (tid, ci) in ends]
+        full = embed_evaluations(traj["raw_response"], blocks)
+        react = react_evaluations(react_rows)
+        if has_react:
+            # Added after the original tool's keys, which stay exactly as they were.
+            meta["react_evaluations"] = react
+        seq_rows = [r for r in react_rows if r["evaluation_kind"] == EVAL_SEQUENCE_OPTIMALITY]
+        if seq_rows:
+            full += trajectory_evaluation_block(seq_rows[0])
         rows.append({
             **{c: traj.get(c) for c in SUMMARY_COLUMNS if c in traj},
             "total_clips": meta["total_clips"],
             "successful_evaluations": meta["successful_evaluations"],
             "success_rate": meta["success_rate"],
             "overall_trajectory_score": meta["overall_trajectory_score"],
+            "thought_to_tool_accuracy": react[EVAL_THOUGHT_TO_TOOL]["accuracy"],
+            "query_to_thought_accuracy": react[EVAL_QUERY_TO_THOUGHT]["accuracy"],
+            "sequence_optimality": react[EVAL_SEQUENCE_OPTIMALITY]["score"],
             "evaluation_metadata": json.dumps(meta, ensure_ascii=False),
-            "full_response_with_evaluations": embed_evaluations(traj["raw_response"], blocks),
+            "full_response_with_evaluations": full,
         })
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)

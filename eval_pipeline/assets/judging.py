@@ -28,8 +28,10 @@ JUDGE_POOL = "judge_api"
 JUDGMENT_COLUMNS = list(JudgmentRow.model_fields)
 _MODULE = {"heuristic": "heuristic", "openai": "openai_judge",
            "openai_compatible": "openai_judge", "anthropic": "anthropic_judge"}
-# Fields that change the answer a judge gives; limits and prices do not.
-_ANSWER_SHAPING = ("provider", "model", "base_url", "preset", "temperature", "max_tokens")
+# Fields that change the answer a judge gives; limits and prices do not. ``evaluations``
+# changes which rows the asset holds, so it versions the asset too.
+_ANSWER_SHAPING = ("provider", "model", "base_url", "preset", "temperature", "max_tokens",
+                   "evaluations")
 
 
 def judge_code_version(config: JudgeConfig) -> str:
@@ -61,8 +63,9 @@ def build_judgment_asset(config: JudgeConfig) -> dg.AssetsDefinition:
         code_version=judge_code_version(config),
         required_resource_keys={key},
         pool=None if config.provider == "heuristic" else JUDGE_POOL,
-        description=f"Clip scores from judge '{config.name}' ({config.provider}, "
-        f"{model}) on the rubric of each clip's tool type.",
+        description=f"Judgments from judge '{config.name}' ({config.provider}, {model}): "
+        f"{', '.join(config.evaluations)} (clip_rubric: the rubric of each clip's tool "
+        "type; the ReAct kinds: a label per tool clip or per trajectory).",
         check_specs=[dg.AssetCheckSpec("scores_in_unit_interval",
                                        asset=dg.AssetKey(["judgments", config.name]))],
     )
@@ -91,9 +94,12 @@ def build_judgment_asset(config: JudgeConfig) -> dg.AssetsDefinition:
             "tokens_in": totals.tokens_in,
             "tokens_out": totals.tokens_out,
             "cost_usd": dg.MetadataValue.float(totals.cost_usd),
+            "evaluations": dg.MetadataValue.json(config.evaluations),
+            "rows_by_kind": dg.MetadataValue.json(
+                {k: int(n) for k, n in table["evaluation_kind"].value_counts().items()}),
             "metric_means": dg.MetadataValue.json(metric_means(ok["scores"])),
-            "preview": preview(table, ["clip_index", "tool_type", "status", "scores",
-                                       "summary", "error"]),
+            "preview": preview(table, ["clip_index", "evaluation_kind", "tool_type", "status",
+                                       "scores", "label", "summary", "error"]),
         })
         yield dg.AssetCheckResult(passed=out_of_range == 0,
                                   metadata={"out_of_range": out_of_range})

@@ -27,7 +27,7 @@ from eval_pipeline.judges.schema import SCHEMA_NAME, validate_reply_data, wire_s
 from eval_pipeline.judges.sdk_errors import translate_sdk_error
 
 _TOOL_DESCRIPTION = "Record the evaluation of the clip: one score per criterion, a summary, "\
-    "and the reasoning."
+    "and the reasoning (and the label, when the schema asks for one)."
 
 
 class AnthropicJudge:
@@ -65,7 +65,7 @@ class AnthropicJudge:
         tool: dict[str, Any] = {
             "name": SCHEMA_NAME,
             "description": _TOOL_DESCRIPTION,
-            "input_schema": wire_schema(request.metrics),
+            "input_schema": wire_schema(request.metrics, request.labels),
             "strict": True,
         }
         try:
@@ -97,12 +97,13 @@ class AnthropicJudge:
             raise InvalidOutput(f"response cut off at max_tokens={self.config.max_tokens}",
                                 raw_response=raw, tokens_in=tokens_in, tokens_out=tokens_out)
         try:
-            validate_reply_data(data, request.metrics, raw_response=raw)
+            validate_reply_data(data, request.metrics, raw_response=raw, labels=request.labels)
         except InvalidOutput as exc:
             exc.tokens_in, exc.tokens_out = tokens_in, tokens_out
             raise
         return JudgeReply(scores=data["scores"], summary=data["summary"],  # type: ignore[arg-type]
-                          reasoning=data["reasoning"], raw_response=raw,  # type: ignore[arg-type]
+                          reasoning=data["reasoning"], label=data.get("label"),  # type: ignore[arg-type]
+                          raw_response=raw,
                           tokens_in=tokens_in, tokens_out=tokens_out)
 
     def _translate(self, exc: anthropic.APIError) -> JudgeError:

@@ -11,7 +11,9 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-EVAL_KIND_CLIP = "clip_rubric"
+from eval_pipeline.rubrics import EVAL_KIND_CLIP
+
+__all__ = ["EVAL_KIND_CLIP", "ClipView", "Judge", "JudgeError", "JudgeReply", "JudgeRequest"]
 
 
 class ClipView(BaseModel):
@@ -42,6 +44,16 @@ class JudgeRequest(BaseModel):
     system_prompt: str
     user_prompt: str
     template_version: str
+    labels: list[str] = Field(
+        default_factory=list,
+        description="ReAct kinds: the allowed labels, positive first (it scores 1.0); "
+        "empty for the clip rubric, which has no label",
+    )
+    sequence: list[ClipView] = Field(
+        default_factory=list,
+        description="sequence_optimality: the trajectory's tool clips in order, so a "
+        "non-LLM judge can read the calls without parsing the prompt",
+    )
 
 
 class JudgeReply(BaseModel):

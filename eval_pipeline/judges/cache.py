@@ -44,7 +44,7 @@ def cache_key(identity: dict[str, Any], request: JudgeRequest) -> str:
         "system": request.system_prompt,
         "user": request.user_prompt,
         "metrics": request.metrics,
-        "schema": schema_version(request.metrics),
+        "schema": schema_version(request.metrics, request.labels),
         "template_version": request.template_version,
     }
     blob = json.dumps(material, sort_keys=True, ensure_ascii=False).encode("utf-8")

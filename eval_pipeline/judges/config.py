@@ -13,6 +13,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from eval_pipeline.rubrics import ALL_EVALUATIONS
+
 Provider = Literal["heuristic", "openai", "openai_compatible", "anthropic"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -43,6 +45,25 @@ class JudgeConfig(BaseModel):
     )
     output_price_per_mtok: float | None = None
     budget_usd: float | None = Field(default=None, description="Stop issuing calls past this.")
+    evaluations: list[str] = Field(
+        default_factory=lambda: list(ALL_EVALUATIONS),
+        description="Evaluation kinds this judge produces: clip_rubric, thought_to_tool, "
+        "query_to_thought, sequence_optimality (default: all four).",
+    )
+
+    @field_validator("evaluations")
+    @classmethod
+    def _known_evaluations(cls, value: list[str]) -> list[str]:
+        unknown = [v for v in value if v not in ALL_EVALUATIONS]
+        if unknown:
+            raise ValueError(f"unknown evaluation kinds {unknown}; known: "
+                             f"{', '.join(ALL_EVALUATIONS)}")
+        if not value:
+            raise ValueError("evaluations must name at least one evaluation kind")
+        if len(set(value)) != len(value):
+            raise ValueError(f"duplicate evaluation kinds in {value}")
+        # One canonical order, so the same set always hashes to the same code_version.
+        return [k for k in ALL_EVALUATIONS if k in value]
 
     @field_validator("name")
     @classmethod

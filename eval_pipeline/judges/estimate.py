@@ -4,6 +4,8 @@ Prompts are rendered exactly as the runner would render them. The context chain 
 trajectory is followed through the cache while it hits (a cached clip costs nothing and
 its summary is known); past the first miss the earlier summaries are unknown, so a
 typical summary length stands in for each. Output tokens are a typical JSON answer;
+the ReAct evaluations the judge is configured for (``evaluations``) are counted as the
+independent calls they are, each checked against the cache on its own;
 ``max_cost_usd`` assumes every call uses its whole ``max_tokens``, the bound the budget
 guard reserves against. Repair attempts and retries are not included.
 """
@@ -20,7 +22,8 @@ from eval_pipeline.judges.cache import JudgeCache, cache_key
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import call_identity, resolve_endpoint
 from eval_pipeline.judges.pricing import price_for
-from eval_pipeline.judges.runner import ClipTask, build_request
+from eval_pipeline.judges.runner import ClipTask, build_react_requests, build_request
+from eval_pipeline.rubrics import EVAL_KIND_CLIP
 
 TYPICAL_OUTPUT_TOKENS = 350
 _PLACEHOLDER_SUMMARY = " [Previous: " + "x" * 140 + "]"
@@ -96,6 +99,14 @@ def _estimate_one(tasks: Sequence[ClipTask], config: JudgeConfig,
         by_trajectory.setdefault(task.trajectory_id, []).append(task)
     calls = cached = tokens_in = 0
     for trajectory in by_trajectory.values():
+        for request in build_react_requests(trajectory, config.evaluations):
+            if cache and cache.get(cache_key(identity, request)) is not None:
+                cached += 1
+                continue
+            calls += 1
+            tokens_in += estimate_tokens(request.system_prompt, request.user_prompt)
+        if EVAL_KIND_CLIP not in config.evaluations:
+            continue
         context, hits_so_far = "", True
         for task in sorted(trajectory, key=lambda t: t.clip_index):
             request = build_request(task, context.strip())

@@ -11,10 +11,18 @@ import ast
 import json
 import re
 from dataclasses import dataclass
+from itertools import pairwise
 
 from eval_pipeline.judges.base import ClipView, JudgeReply, JudgeRequest
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.models import FINAL_TOOL_TYPE
+from eval_pipeline.preprocess import PreprocessConfig
+from eval_pipeline.rubrics import (
+    EVAL_QUERY_TO_THOUGHT,
+    EVAL_SEQUENCE_OPTIMALITY,
+    EVAL_THOUGHT_TO_TOOL,
+    REACT_EVALUATIONS,
+)
 
 _ERROR = re.compile(
     r"traceback \(most recent call last\)|\b\w*error\b|\bexception\b|\bfailed\b|\bfailure\b"
@@ -241,6 +249,141 @@ def _summary(request: JudgeRequest, s: Signals) -> str:
     return f"The agent called {tool}{repeat} and {state}."
 
 
+# -- ReAct evaluations: a label from named signals, never an LLM's judgement -------------
+
+HEURISTIC_NOTE = "Heuristic judge (rule-based, not an LLM)."
+# Share of the task's words a thought must repeat to count as aligned with the task.
+QUERY_OVERLAP_MIN = 0.2
+# ... or this many shared words, for long task descriptions.
+QUERY_SHARED_WORDS_MIN = 3
+BETA_THRESHOLD = PreprocessConfig.model_fields["beta_threshold"].default
+_RULES = {
+    EVAL_THOUGHT_TO_TOOL: "'correct' when a thought precedes the call, names the tool or "
+    "shares a key term with the input, and the input is well-formed",
+    EVAL_QUERY_TO_THOUGHT: "'correct' when the thought repeats enough of the task's words",
+    EVAL_SEQUENCE_OPTIMALITY: "'optimal' when no call repeats the previous one, no failed "
+    "call is retried identically, no call follows an answer and the call count is within "
+    "the beta threshold",
+}
+_NAME_PART = re.compile(r"[A-Za-z]{3,}")
+_STOP = frozenset({"that", "this", "with", "from", "have", "will", "what", "which", "then",
+                   "than", "into", "need", "should", "could", "would", "there", "their",
+                   "about", "true", "false", "null", "none"})
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text)} - _STOP
+
+
+def _input_values(action_input: str) -> str:
+    """The input's values as text (JSON keys are schema, not intent)."""
+    try:
+        value = json.loads(action_input)
+    except (json.JSONDecodeError, TypeError):
+        return action_input
+    parts: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+        elif node is not None:
+            parts.append(str(node))
+
+    walk(value)
+    return " ".join(parts)
+
+
+def _input_well_formed(request: JudgeRequest) -> tuple[bool, str]:
+    text = request.clip.action_input.strip()
+    if not text:
+        return False, "the input is empty"
+    if text[0] in "[{":
+        if not _is_json(text):
+            return False, "the input looks like JSON but does not parse"
+        if request.tool_type == "microsandbox" and not _parses(_code_of(text)):
+            return False, "the input's code does not parse"
+        return True, "the input is well-formed JSON"
+    if request.tool_type == "microsandbox":
+        return (_parses(text), "the input's code parses" if _parses(text)
+                else "the input's code does not parse")
+    return True, "the input is non-empty text"
+
+
+def _signature(clip: ClipView) -> str:
+    return f"{clip.tool_name}:{' '.join(clip.action_input.split())}"
+
+
+def _failed(clip: ClipView) -> bool:
+    result = clip.result.strip()
+    return not result or bool(_ERROR.search(result[:4000]))
+
+
+def react_verdict(request: JudgeRequest) -> tuple[bool, str, list[str]]:
+    """(positive?, summary, signals) for a ReAct request, from observable signals only."""
+    clip = request.clip
+    kind = request.evaluation_kind
+    if kind == EVAL_THOUGHT_TO_TOOL:
+        tool = clip.tool_name or request.tool_type
+        thought = clip.thought.lower()
+        names = {p.lower() for p in _NAME_PART.findall(tool)} | {tool.lower()}
+        names_tool = bool(thought) and any(n in thought for n in names)
+        input_terms = _words(_input_values(clip.action_input))
+        shared = sorted(input_terms & _words(clip.thought))
+        well_formed, form_note = _input_well_formed(request)
+        signals = [
+            "a thought precedes the call" if thought.strip() else "no thought precedes the call",
+            f"the thought names the tool {tool!r}" if names_tool
+            else f"the thought does not name the tool {tool!r}",
+            f"the thought shares {len(shared)} key term(s) with the input"
+            + (f" ({', '.join(shared[:5])})" if shared else ""),
+            form_note,
+        ]
+        ok = bool(thought.strip()) and (names_tool or bool(shared)) and well_formed
+        summary = (f"The call to {tool} follows from the stated thought." if ok else
+                   f"The call to {tool} is not supported by the stated thought or its input.")
+        return ok, summary, signals
+    if kind == EVAL_QUERY_TO_THOUGHT:
+        task_words = _words(request.task_description)
+        shared = task_words & _words(clip.thought)
+        overlap = len(shared) / len(task_words) if task_words else 0.0
+        ok = overlap >= QUERY_OVERLAP_MIN or len(shared) >= QUERY_SHARED_WORDS_MIN
+        signals = [f"the thought shares {len(shared)} of the task's {len(task_words)} words "
+                   f"(overlap {overlap:.2f}; aligned at >= {QUERY_OVERLAP_MIN} or >= "
+                   f"{QUERY_SHARED_WORDS_MIN} words)"]
+        summary = ("The thought works on the task's request." if ok else
+                   "The thought does not visibly address the task's request.")
+        return ok, summary, signals
+    if kind == EVAL_SEQUENCE_OPTIMALITY:
+        calls = request.sequence
+        signatures = [_signature(c) for c in calls]
+        consecutive = sum(1 for a, b in pairwise(signatures) if a == b)
+        failed_before: set[str] = set()
+        retries = 0
+        for call, sig in zip(calls, signatures, strict=True):
+            if sig in failed_before:
+                retries += 1
+            if _failed(call):
+                failed_before.add(sig)
+        after_answer = sum(1 for c in calls if c.has_answer)
+        too_many = len(calls) > BETA_THRESHOLD
+        signals = [
+            f"{len(calls)} tool call(s) (beta threshold {BETA_THRESHOLD})"
+            + (", over the threshold" if too_many else ""),
+            f"{consecutive} consecutive identical call(s)",
+            f"{retries} identical retry(ies) of a failed call",
+            f"{after_answer} tool call(s) after an answer",
+        ]
+        ok = not (consecutive or retries or after_answer or too_many)
+        summary = ("No redundant step: no repeated or retried identical call, no call after "
+                   "the answer." if ok else "The sequence has redundant or misplaced steps.")
+        return ok, summary, signals
+    raise ValueError(f"not a ReAct evaluation kind: {kind!r}")
+
+
 class HeuristicJudge:
     """Scores from signals; ``provider`` and ``model`` say heuristic, never an LLM."""
 
@@ -251,6 +394,8 @@ class HeuristicJudge:
         self.model = config.model if config.model else "heuristic-v1"
 
     async def score(self, request: JudgeRequest) -> JudgeReply:
+        if request.evaluation_kind in REACT_EVALUATIONS:
+            return self._react(request)
         signals = observe(request)
         scores = score_signals(request.tool_type, request.metrics, signals)
         reasoning = "Heuristic judge (rule-based, not an LLM). Signals: " + "; ".join(
@@ -265,6 +410,18 @@ class HeuristicJudge:
             label="heuristic",
             raw_response=json.dumps(payload, ensure_ascii=False),
         )
+
+    def _react(self, request: JudgeRequest) -> JudgeReply:
+        spec = REACT_EVALUATIONS[request.evaluation_kind]
+        ok, summary, signals = react_verdict(request)
+        label = spec.positive if ok else spec.negative
+        scores = {spec.metric: spec.score_for(label)}
+        reasoning = (f"{HEURISTIC_NOTE} Signals: " + "; ".join(signals)
+                     + f". Rule: {_RULES[request.evaluation_kind]}.")
+        payload = {"scores": scores, "label": label, "summary": summary,
+                   "reasoning": reasoning}
+        return JudgeReply(scores=scores, summary=summary, reasoning=reasoning, label=label,
+                          raw_response=json.dumps(payload, ensure_ascii=False))
 
     async def aclose(self) -> None:
         return None

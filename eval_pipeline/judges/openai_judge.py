@@ -64,11 +64,11 @@ class OpenAIJudge:
         """Everything besides the prompt and schema that shapes the answer."""
         return call_identity(self.config)
 
-    def _response_format(self, metrics: list[str]) -> dict[str, Any]:
+    def _response_format(self, metrics: list[str], labels: list[str]) -> dict[str, Any]:
         if self.endpoint.output_mode == "json_schema":
             return {
                 "type": "json_schema",
-                "json_schema": {"name": SCHEMA_NAME, "schema": wire_schema(metrics),
+                "json_schema": {"name": SCHEMA_NAME, "schema": wire_schema(metrics, labels),
                                 "strict": True},
             }
         return {"type": "json_object"}
@@ -80,7 +80,7 @@ class OpenAIJudge:
                 {"role": "system", "content": request.system_prompt},
                 {"role": "user", "content": request.user_prompt},
             ],
-            "response_format": self._response_format(request.metrics),
+            "response_format": self._response_format(request.metrics, request.labels),
             self.endpoint.tokens_param: self.config.max_tokens,
         }
         if self._send_temperature:
@@ -105,12 +105,13 @@ class OpenAIJudge:
                 f"response cut off at max_tokens={self.config.max_tokens}",
                 raw_response=content, tokens_in=tokens_in, tokens_out=tokens_out)
         try:
-            data = parse_reply_text(content, request.metrics)
+            data = parse_reply_text(content, request.metrics, request.labels)
         except InvalidOutput as exc:
             exc.tokens_in, exc.tokens_out = tokens_in, tokens_out
             raise
         return JudgeReply(scores=data["scores"], summary=data["summary"],
-                          reasoning=data["reasoning"], raw_response=content,
+                          reasoning=data["reasoning"], label=data.get("label"),
+                          raw_response=content,
                           tokens_in=tokens_in, tokens_out=tokens_out)
 
     def _translate(self, exc: openai.APIError) -> JudgeError:

@@ -1,8 +1,11 @@
 """Run one judge over a batch of clips: context chaining, validation, failed rows.
 
-Clips of one trajectory are judged in order, because each prompt carries the summaries of
-the earlier clips (the original tool's context chain); trajectories run concurrently.
-Whatever goes wrong, every clip gets exactly one row, and a failed row carries no scores.
+Clips of one trajectory are judged in order on their rubric, because each prompt carries
+the summaries of the earlier clips (the original tool's context chain); trajectories run
+concurrently. The ReAct evaluations (thought-to-tool and query-to-thought per tool clip,
+sequence optimality per trajectory) do not use that chain: each is an independent request
+and runs concurrently with everything else under the same limits. Whatever goes wrong,
+every requested judgment gets exactly one row, and a failed row carries no scores.
 
 Per call, in order: the cache (a hit costs nothing), the circuit breaker, the budget, the
 rate limits, then the provider with retries on transient failures. An answer that is not
@@ -40,7 +43,24 @@ from eval_pipeline.judges.errors import (
 from eval_pipeline.judges.limits import CallLimiter
 from eval_pipeline.judges.pricing import Price, price_for
 from eval_pipeline.judges.retry import RetryPolicy, with_retries
-from eval_pipeline.rubrics import render_clip_prompt, rubric_for, templates_version
+from eval_pipeline.models import FINAL_TOOL_TYPE
+from eval_pipeline.rubrics import (
+    ALL_EVALUATIONS,
+    EVAL_KIND_CLIP,
+    EVAL_QUERY_TO_THOUGHT,
+    EVAL_SEQUENCE_OPTIMALITY,
+    EVAL_THOUGHT_TO_TOOL,
+    REACT_EVALUATIONS,
+    TRAJECTORY_CLIP_INDEX,
+    TRAJECTORY_TOOL_TYPE,
+    render_clip_prompt,
+    render_query_to_thought_prompt,
+    render_sequence_prompt,
+    render_thought_to_tool_prompt,
+    rubric_for,
+    templates_version,
+    tool_definitions,
+)
 
 __all__ = [
     "CircuitOpenError",
@@ -49,6 +69,7 @@ __all__ = [
     "JudgeRuntime",
     "JudgmentRow",
     "RunSummary",
+    "build_react_requests",
     "build_request",
     "judge_one",
     "run_judge",
@@ -103,8 +124,14 @@ class InvalidReply(ValueError):
         self.raw_response = raw_response
 
 
-def validate_reply(reply: JudgeReply, metrics: Sequence[str]) -> dict[str, float]:
-    """Scores must be exactly the rubric's metrics, each a finite number in [0, 1]."""
+def validate_reply(reply: JudgeReply, metrics: Sequence[str],
+                   labels: Sequence[str] = ()) -> dict[str, float]:
+    """Scores must be exactly the rubric's metrics, each a finite number in [0, 1].
+
+    With ``labels`` (a ReAct kind) the label must be one of them and the single score must
+    agree with it (1.0 for the positive label, 0.0 for the negative): a reply whose score
+    contradicts its own label is not used, it goes back for repair.
+    """
     missing = [m for m in metrics if m not in reply.scores]
     if missing:
         raise InvalidReply(f"missing metrics: {missing}", reply.raw_response)
@@ -121,6 +148,16 @@ def validate_reply(reply: JudgeReply, metrics: Sequence[str]) -> dict[str, float
             raise InvalidReply(f"score {metric!r} out of range [0, 1]: {value!r}",
                                reply.raw_response)
         scores[metric] = value
+    if labels:
+        if reply.label not in labels:
+            raise InvalidReply(f"label must be one of {list(labels)}, got {reply.label!r}",
+                               reply.raw_response)
+        expected = 1.0 if reply.label == labels[0] else 0.0
+        for metric, value in scores.items():
+            if value != expected:
+                raise InvalidReply(
+                    f"score {metric!r} = {value} contradicts label {reply.label!r} "
+                    f"(expected {expected})", reply.raw_response)
     return scores
 
 
@@ -145,16 +182,83 @@ def build_request(task: ClipTask, previous_context: str) -> JudgeRequest:
     )
 
 
+def _is_tool_clip(task: ClipTask) -> bool:
+    return task.tool_type != FINAL_TOOL_TYPE
+
+
+def _react_request(task: ClipTask, kind: str, system: str, user: str) -> JudgeRequest:
+    spec = REACT_EVALUATIONS[kind]
+    return JudgeRequest(
+        trajectory_id=task.trajectory_id, clip_index=task.clip_index, evaluation_kind=kind,
+        tool_type=task.tool_type, metrics=[spec.metric], labels=spec.labels,
+        task_description=task.task_description, previous_context="", clip=task.clip,
+        system_prompt=system, user_prompt=user, template_version=templates_version(),
+    )
+
+
+def build_react_requests(tasks: Sequence[ClipTask], evaluations: Sequence[str] = ALL_EVALUATIONS
+                         ) -> list[JudgeRequest]:
+    """The ReAct requests for ONE trajectory's clips, in a stable order.
+
+    - thought_to_tool: one per tool clip (the final clip has no call, so it is skipped);
+    - query_to_thought: one per tool clip that states a thought (a clip without a thought
+      has nothing to align with the query, so it gets no row rather than a made-up label);
+    - sequence_optimality: one per trajectory (clip_index -1, tool_type "trajectory"),
+      over the ordered (thought, tool, input, short result) of all its tool clips.
+    """
+    if not tasks:
+        return []
+    ordered = sorted(tasks, key=lambda t: t.clip_index)
+    tool_clips = [t for t in ordered if _is_tool_clip(t)]
+    kinds = set(evaluations)
+    tools_text = tool_definitions([(t.clip.tool_name or t.tool_type, t.tool_type)
+                                   for t in tool_clips])
+    requests: list[JudgeRequest] = []
+    for task in tool_clips:
+        clip = task.clip
+        if EVAL_THOUGHT_TO_TOOL in kinds:
+            system, user = render_thought_to_tool_prompt(
+                original_question=task.task_description, thought=clip.thought.strip(),
+                tool_call=clip.tool_name or task.tool_type, action_input=clip.action_input,
+                tool_definitions=tools_text)
+            requests.append(_react_request(task, EVAL_THOUGHT_TO_TOOL, system, user))
+        if EVAL_QUERY_TO_THOUGHT in kinds and clip.thought.strip():
+            system, user = render_query_to_thought_prompt(
+                original_question=task.task_description, thought=clip.thought.strip())
+            requests.append(_react_request(task, EVAL_QUERY_TO_THOUGHT, system, user))
+    if EVAL_SEQUENCE_OPTIMALITY in kinds:
+        first = ordered[0]
+        system, user = render_sequence_prompt(
+            original_question=first.task_description,
+            steps=[(t.clip.thought.strip(), t.clip.tool_name or t.tool_type,
+                    t.clip.action_input, t.clip.result) for t in tool_clips])
+        closing = ordered[-1] if not _is_tool_clip(ordered[-1]) else None
+        spec = REACT_EVALUATIONS[EVAL_SEQUENCE_OPTIMALITY]
+        requests.append(JudgeRequest(
+            trajectory_id=first.trajectory_id, clip_index=TRAJECTORY_CLIP_INDEX,
+            evaluation_kind=EVAL_SEQUENCE_OPTIMALITY, tool_type=TRAJECTORY_TOOL_TYPE,
+            metrics=[spec.metric], labels=spec.labels,
+            task_description=first.task_description, previous_context="",
+            # The closing clip (answer or not) stands for the trajectory's end.
+            clip=closing.clip if closing else ClipView(content=""),
+            sequence=[t.clip for t in tool_clips],
+            system_prompt=system, user_prompt=user, template_version=templates_version(),
+        ))
+    return requests
+
+
 def repair_request(request: JudgeRequest, error: str, raw_response: str,
                    secrets: Sequence[str | None] = ()) -> JudgeRequest:
     """The same question again, with the rejected answer and why it was rejected."""
+    label = (f", a \"label\" that is exactly one of {request.labels} (its score 1.0 for "
+             f"\"{request.labels[0]}\", else 0.0)," if request.labels else "")
     note = (
         "\n\nYour previous reply could not be used: "
         f"{redact(error, secrets)}\n\nYour previous reply was:\n"
         f"{redact(raw_response[:4000], secrets)}\n\n"
         "Reply again with only the corrected JSON object: exactly the criteria listed "
-        "above under \"scores\", each a number from 0.0 to 1.0, plus \"summary\" and "
-        "\"reasoning\" strings."
+        f"above under \"scores\", each a number from 0.0 to 1.0{label} plus \"summary\" "
+        "and \"reasoning\" strings."
     )
     return request.model_copy(update={"user_prompt": request.user_prompt + note})
 
@@ -298,8 +402,8 @@ async def judge_one(judge: Judge, request: JudgeRequest,
         hit = await runtime.cache.aget(key)
         if hit is not None:
             try:
-                return finish("ok", reply=hit, scores=validate_reply(hit, request.metrics),
-                              cached=True)
+                return finish("ok", reply=hit, scores=validate_reply(
+                    hit, request.metrics, request.labels), cached=True)
             except InvalidReply:
                 pass  # an entry from an older rubric shape: ask again
     if runtime.breaker.is_open:
@@ -319,7 +423,7 @@ async def judge_one(judge: Judge, request: JudgeRequest,
         spent_before = runtime.cost(tally.tokens_in, tally.tokens_out)
         try:
             reply = await _call(judge, attempt_request, runtime, tally)
-            scores = validate_reply(reply, request.metrics)
+            scores = validate_reply(reply, request.metrics, request.labels)
         except (InvalidOutput, InvalidReply) as exc:
             raw = getattr(exc, "raw_response", "") or ""
             if not repair:
@@ -359,19 +463,38 @@ async def _judge_trajectory(judge: Judge, tasks: list[ClipTask], gate: asyncio.S
     return rows
 
 
+async def _judge_gated(judge: Judge, request: JudgeRequest, gate: asyncio.Semaphore,
+                       runtime: JudgeRuntime) -> list[JudgmentRow]:
+    async with gate:
+        return [await judge_one(judge, request, runtime)]
+
+
 async def run_judge(judge: Judge, tasks: Sequence[ClipTask], concurrency: int = 4,
-                    runtime: JudgeRuntime | None = None, *, close: bool = True
-                    ) -> list[JudgmentRow]:
-    """Judge every clip; one row per clip, or :class:`CircuitOpenError` if the breaker opened."""
+                    runtime: JudgeRuntime | None = None, *, close: bool = True,
+                    evaluations: Sequence[str] = ALL_EVALUATIONS) -> list[JudgmentRow]:
+    """Judge every clip on each requested evaluation kind (the judge's ``evaluations``).
+
+    Returns one row per (clip or trajectory, kind), or raises :class:`CircuitOpenError` if
+    the breaker opened. Rows come grouped by trajectory: its clip-rubric rows in clip
+    order, then its ReAct rows.
+    """
     runtime = runtime or JudgeRuntime()
+    kinds = set(evaluations)
     by_trajectory: dict[str, list[ClipTask]] = {}
     for task in tasks:
         by_trajectory.setdefault(task.trajectory_id, []).append(task)
     gate = asyncio.Semaphore(concurrency)
+    jobs = []
+    expected = 0
+    for trajectory in by_trajectory.values():
+        if EVAL_KIND_CLIP in kinds:
+            jobs.append(_judge_trajectory(judge, trajectory, gate, runtime))
+            expected += len(trajectory)
+        for request in build_react_requests(trajectory, evaluations):
+            jobs.append(_judge_gated(judge, request, gate, runtime))
+            expected += 1
     try:
-        results = await asyncio.gather(
-            *(_judge_trajectory(judge, ts, gate, runtime) for ts in by_trajectory.values())
-        )
+        results = await asyncio.gather(*jobs)
     finally:
         if close:
             await judge.aclose()
@@ -379,10 +502,11 @@ async def run_judge(judge: Judge, tasks: Sequence[ClipTask], concurrency: int = 
     if runtime.breaker.is_open:
         done = sum(r.status == "ok" for r in rows)
         secrets = tuple(getattr(judge, "secrets", ()) or ())
+        unit = "clips" if kinds == {EVAL_KIND_CLIP} else "judgments"
         raise CircuitOpenError(redact(
             f"judge {judge.name!r} ({judge.provider}, {judge.model}): circuit breaker open, "
-            f"stopped calling the provider: {runtime.breaker.reason}. {done} of {len(tasks)} "
-            "clips finished and are cached; rerun to resume from there.", secrets), rows)
+            f"stopped calling the provider: {runtime.breaker.reason}. {done} of {expected} "
+            f"{unit} finished and are cached; rerun to resume from there.", secrets), rows)
     return rows
 
 

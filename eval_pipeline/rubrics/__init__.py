@@ -72,9 +72,15 @@ def template(name: str) -> str:
 
 
 def templates_version() -> str:
-    """One version over every template and rubric: what a judge's output depends on."""
+    """One version over every template and rubric: what a judge's output depends on.
+
+    The ReAct templates are included so editing one of them marks every judge stale, just
+    like editing a rubric does.
+    """
     return text_version(
-        template("system"), template("clip"), *(r.version for r in rubrics().values())
+        template("system"), template("clip"), *(r.version for r in rubrics().values()),
+        *(template(name) for name in REACT_TEMPLATE_FILES),
+        *(e.model_dump_json() for e in REACT_EVALUATIONS.values()),
     )
 
 
@@ -93,3 +99,135 @@ def render_clip_prompt(
         json_example=rubric.json_example(),
     )
     return template("system").strip(), user
+
+
+# -- ReAct evaluations (thought-to-tool, query-to-thought, sequence optimality) -----------
+
+EVAL_KIND_CLIP = "clip_rubric"
+EVAL_THOUGHT_TO_TOOL = "thought_to_tool"
+EVAL_QUERY_TO_THOUGHT = "query_to_thought"
+EVAL_SEQUENCE_OPTIMALITY = "sequence_optimality"
+ALL_EVALUATIONS: tuple[str, ...] = (
+    EVAL_KIND_CLIP, EVAL_THOUGHT_TO_TOOL, EVAL_QUERY_TO_THOUGHT, EVAL_SEQUENCE_OPTIMALITY,
+)
+TRAJECTORY_CLIP_INDEX = -1
+TRAJECTORY_TOOL_TYPE = "trajectory"
+REACT_TEMPLATE_FILES = ("react_system", "react_response", EVAL_THOUGHT_TO_TOOL,
+                        EVAL_QUERY_TO_THOUGHT, EVAL_SEQUENCE_OPTIMALITY)
+# The seed shortens each action input to 50 characters; results are added here so the
+# judge can see failed calls and retries, both shortened to stay cheap on long trajectories.
+SEQUENCE_INPUT_CHARS = 200
+SEQUENCE_RESULT_CHARS = 200
+
+
+class ReactEvaluation(BaseModel):
+    """One ReAct evaluation kind: its template, its two labels and its single metric.
+
+    Every kind answers in the one shared shape (``scores`` with one metric named after the
+    kind, plus ``label``, ``summary`` and ``reasoning``), so providers, validation, the
+    cache and averaging need no per-kind code. ``positive`` scores 1.0, ``negative`` 0.0.
+    """
+
+    kind: str
+    title: str
+    positive: str
+    negative: str
+    per: str  # "clip" or "trajectory"
+
+    @property
+    def metric(self) -> str:
+        return self.kind
+
+    @property
+    def labels(self) -> list[str]:
+        return [self.positive, self.negative]
+
+    def score_for(self, label: str) -> float:
+        return 1.0 if label == self.positive else 0.0
+
+    def json_example(self) -> str:
+        example = {
+            "scores": {self.metric: 1.0},
+            "label": self.positive,
+            "summary": "One sentence: the verdict and its main reason",
+            "reasoning": "EXPLANATION: your step-by-step analysis",
+        }
+        return json.dumps(example, indent=4)
+
+
+REACT_EVALUATIONS: dict[str, ReactEvaluation] = {
+    EVAL_THOUGHT_TO_TOOL: ReactEvaluation(
+        kind=EVAL_THOUGHT_TO_TOOL, title="Thought-to-Tool", positive="correct",
+        negative="incorrect", per="clip"),
+    EVAL_QUERY_TO_THOUGHT: ReactEvaluation(
+        kind=EVAL_QUERY_TO_THOUGHT, title="Query-to-Thought", positive="correct",
+        negative="incorrect", per="clip"),
+    EVAL_SEQUENCE_OPTIMALITY: ReactEvaluation(
+        kind=EVAL_SEQUENCE_OPTIMALITY, title="Sequence Optimality", positive="optimal",
+        negative="suboptimal", per="trajectory"),
+}
+
+
+def _react_user_prompt(kind: str, **fields: str) -> tuple[str, str]:
+    spec = REACT_EVALUATIONS[kind]
+    response_format = template("react_response").format(
+        positive=spec.positive, negative=spec.negative, metric=spec.metric,
+        json_example=spec.json_example(),
+    ).strip()
+    user = template(kind).format(response_format=response_format, **fields)
+    return template("react_system").strip(), user
+
+
+def render_thought_to_tool_prompt(*, original_question: str, thought: str, tool_call: str,
+                                  action_input: str, tool_definitions: str) -> tuple[str, str]:
+    """(system, user) for the seed's Thought-to-Tool question on one tool clip."""
+    return _react_user_prompt(
+        EVAL_THOUGHT_TO_TOOL, original_question=original_question,
+        thought=thought or "(no thought stated)", tool_call=tool_call,
+        action_input=action_input or "(none)", tool_definitions=tool_definitions)
+
+
+def render_query_to_thought_prompt(*, original_question: str, thought: str
+                                   ) -> tuple[str, str]:
+    """(system, user) for the seed's Query-to-Thought question on one clip's thought."""
+    return _react_user_prompt(EVAL_QUERY_TO_THOUGHT, original_question=original_question,
+                              thought=thought)
+
+
+def _short(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+def render_sequence_prompt(*, original_question: str,
+                           steps: list[tuple[str, str, str, str]]) -> tuple[str, str]:
+    """(system, user) for the seed's Sequence Optimality question on a whole trajectory.
+
+    ``steps`` are the tool clips in order as (thought, tool, input, result); the seed's
+    ``Step i: ...`` lines, with the input and result shortened.
+    """
+    if steps:
+        thoughts = "\n".join(f"Step {i}: {_short(t, 1000) or '(no thought stated)'}"
+                             for i, (t, _tool, _inp, _res) in enumerate(steps, start=1))
+        tools = "\n".join(
+            f"Step {i}: {tool} - {_short(inp, SEQUENCE_INPUT_CHARS) or '{}'}"
+            f" -> Result: {_short(res, SEQUENCE_RESULT_CHARS) or '(no result)'}"
+            for i, (_t, tool, inp, res) in enumerate(steps, start=1))
+    else:
+        thoughts = tools = "(the agent made no tool call)"
+    return _react_user_prompt(EVAL_SEQUENCE_OPTIMALITY, original_question=original_question,
+                              thought_sequence=thoughts, tool_sequence=tools)
+
+
+def tool_definitions(tools: list[tuple[str, str]]) -> str:
+    """The seed's ``{tool_definitions}``: one ``name: description`` line per tool seen.
+
+    The registry has no docstrings, so a tool is described by its tool type's rubric title.
+    """
+    seen: dict[str, str] = {}
+    for name, tool_type in tools:
+        if name and name not in seen:
+            seen[name] = f"{rubric_for(tool_type).title} (tool type: {tool_type})"
+    if not seen:
+        return "(no tools seen in this trajectory)"
+    return "".join(f"\n{name}: {desc}\n" for name, desc in seen.items())

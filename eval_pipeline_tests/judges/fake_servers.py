@@ -37,6 +37,7 @@ class Act:
     body: dict[str, Any] | None = None
     seconds: float = 0.0
     echo_key: bool = False
+    label: str | None = None  # ReAct prompts: answer this label (default: the positive one)
 
 
 OK = Act()
@@ -48,6 +49,11 @@ def text(content: str) -> Act:
 
 def scores(values: dict[str, Any] | None = None, drop_metric: bool = False) -> Act:
     return Act(kind="ok", scores=values, drop_metric=drop_metric)
+
+
+def label(value: str) -> Act:
+    """Answer a ReAct prompt with this label (and the score that goes with it)."""
+    return Act(kind="ok", label=value)
 
 
 def status(code: int, headers: dict[str, str] | None = None, echo_key: bool = False) -> Act:
@@ -72,16 +78,44 @@ class Recorded:
 _EXAMPLE = re.compile(r"Return your response as JSON:\s*(\{.*\})\s*$", re.DOTALL)
 
 
-def _metrics_of(kind: Kind, body: dict[str, Any]) -> list[str]:
+def _schema_of(kind: Kind, body: dict[str, Any]) -> dict[str, Any] | None:
     if kind == "anthropic":
-        schema = body["tools"][0]["input_schema"]
-        return list(schema["properties"]["scores"]["properties"])
+        return body["tools"][0]["input_schema"]
     fmt = body.get("response_format") or {}
     if fmt.get("type") == "json_schema":
-        return list(fmt["json_schema"]["schema"]["properties"]["scores"]["properties"])
+        return fmt["json_schema"]["schema"]
+    return None
+
+
+def _example_of(body: dict[str, Any]) -> dict[str, Any] | None:
     user = next(m["content"] for m in body["messages"] if m["role"] == "user")
     match = _EXAMPLE.search(user.split("\n\nYour previous reply could not be used")[0])
-    return list(json.loads(match.group(1))["scores"]) if match else ["score"]
+    return json.loads(match.group(1)) if match else None
+
+
+def _metrics_of(kind: Kind, body: dict[str, Any]) -> list[str]:
+    schema = _schema_of(kind, body)
+    if schema is not None:
+        return list(schema["properties"]["scores"]["properties"])
+    example = _example_of(body)
+    return list(example["scores"]) if example else ["score"]
+
+
+def labels_of(kind: Kind, body: dict[str, Any]) -> list[str]:
+    """The allowed labels of a ReAct request, positive first; [] for a rubric request.
+
+    From the schema's ``label`` enum, or in JSON mode from the prompt's example (which
+    shows the positive label) and its ``EXACTLY "a" or "b"`` instruction.
+    """
+    schema = _schema_of(kind, body)
+    if schema is not None:
+        return list((schema["properties"].get("label") or {}).get("enum") or [])
+    example = _example_of(body)
+    if not example or "label" not in example:
+        return []
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    pair = re.search(r'\(EXACTLY "([^"]+)" or "([^"]+)"\)', user)
+    return [pair.group(1), pair.group(2)] if pair else [example["label"]]
 
 
 class FakeLLMServer:
@@ -133,13 +167,19 @@ class FakeLLMServer:
 
     def _answer(self, act: Act, body: dict[str, Any], n: int) -> dict[str, Any]:
         metrics = _metrics_of(self.kind, body)
-        values = dict.fromkeys(metrics, self.score)
+        labels = labels_of(self.kind, body)
+        chosen = act.label or (labels[0] if labels else None)
+        # A ReAct answer scores 1.0 for the positive label, 0.0 for the other.
+        values = dict.fromkeys(metrics, self.score if not labels
+                               else float(chosen == labels[0]))
         if act.scores:
             values.update(act.scores)
         if act.drop_metric:
             values.pop(metrics[0])
         payload = act.data if act.data is not None else {
             "scores": values, "summary": f"clip summary {n}", "reasoning": "looks right"}
+        if act.data is None and labels:
+            payload["label"] = chosen
         if self.kind == "anthropic":
             content: list[dict[str, Any]] = (
                 [{"type": "text", "text": act.text}] if act.kind == "text" else

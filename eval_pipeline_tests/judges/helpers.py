@@ -13,12 +13,16 @@ from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.runner import ClipTask, JudgeRuntime, JudgmentRow, run_judge
 from eval_pipeline_tests.judges.conftest import SECRET
 
+# The provider, fault, cache and budget tests count calls per clip on the rubric path; the
+# ReAct kinds are exercised by passing ``evaluations=ALL_EVALUATIONS`` (test_react.py).
+CLIP_ONLY = ["clip_rubric"]
+
 
 def openai_config(server: Any, **overrides: Any) -> JudgeConfig:
     fields: dict[str, Any] = {
         "name": "gpt", "provider": "openai", "model": "gpt-4.1-mini",
         "base_url": server.base_url, "api_key_env": "FAKE_OPENAI_KEY",
-        "max_retries": 3, "timeout_s": 5.0,
+        "max_retries": 3, "timeout_s": 5.0, "evaluations": CLIP_ONLY,
     }
     fields.update(overrides)
     return JudgeConfig(**fields)
@@ -28,7 +32,7 @@ def anthropic_config(server: Any, **overrides: Any) -> JudgeConfig:
     fields: dict[str, Any] = {
         "name": "claude", "provider": "anthropic", "model": "claude-sonnet-4-5",
         "base_url": server.base_url, "api_key_env": "FAKE_ANTHROPIC_KEY",
-        "max_retries": 3, "timeout_s": 5.0,
+        "max_retries": 3, "timeout_s": 5.0, "evaluations": CLIP_ONLY,
     }
     fields.update(overrides)
     return JudgeConfig(**fields)
@@ -40,7 +44,8 @@ def run(config: JudgeConfig, tasks: Sequence[ClipTask], *, cache: JudgeCache | N
         judge = make_judge(config, api_key)
         runtime = JudgeRuntime.from_config(config, cache=cache, retry_base_s=0.01,
                                            breaker_threshold=breaker_threshold)
-        return await run_judge(judge, tasks, config.concurrency, runtime)
+        return await run_judge(judge, tasks, config.concurrency, runtime,
+                               evaluations=config.evaluations)
 
     return asyncio.run(go())
 

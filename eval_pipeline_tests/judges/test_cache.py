@@ -100,13 +100,14 @@ def test_cache_is_shared_across_processes(openai_server, tmp_path):
     # two processes writing the same cache at the same time, on different trajectories
     a, b = _worker(openai_server, path, 0, 4), _worker(openai_server, path, 4, 4)
     first_a, first_b = _summary(a), _summary(b)
-    assert first_a["ok"] == first_b["ok"] == 12
-    assert openai_server.calls == 24
+    # per trajectory (default evaluations): 3 rubric + 3 thought_to_tool + 1 sequence
+    assert first_a["ok"] == first_b["ok"] == 4 * 7
+    assert openai_server.calls == 56
 
     # a third process reruns everything: all hits, no call
     again = _summary(_worker(openai_server, path, 0, 8))
-    assert again["cached"] == 24 and again["calls"] == 0
-    assert openai_server.calls == 24
+    assert again["cached"] == 56 and again["calls"] == 0
+    assert openai_server.calls == 56
     shared = JudgeCache(path)
-    assert len(shared) == 24
+    assert len(shared) == 56
     shared.close()

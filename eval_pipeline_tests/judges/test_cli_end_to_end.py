@@ -54,12 +54,26 @@ def test_cli_run_with_llm_judges_rerun_costs_nothing(openai_server, anthropic_se
     # The average is over both judges, metric by metric.
     averaged = pd.read_parquet(out / "averaged_scores.parquet")
     assert (averaged["n_judges_succeeded"] == 2).all() and len(averaged) == len(gpt)
-    row = averaged.iloc[0]
+    # Default evaluations: the rubric per clip plus the three ReAct kinds.
+    clips = pd.read_parquet(out / "clips.parquet")
+    tool_clips = clips[clips["tool_type"] != "final"]
+    counts = gpt["evaluation_kind"].value_counts().to_dict()
+    assert counts == {"clip_rubric": len(clips), "thought_to_tool": len(tool_clips),
+                      "query_to_thought": int((tool_clips["thought"].str.strip() != "").sum()),
+                      "sequence_optimality": clips["trajectory_id"].nunique()}
+    rubric = averaged[averaged["evaluation_kind"] == "clip_rubric"]
+    row = rubric.iloc[0]
     key = (row["trajectory_id"], row["clip_index"])
-    pair = [json.loads(t.set_index(["trajectory_id", "clip_index"]).loc[key, "scores"])
+    pair = [json.loads(t[t["evaluation_kind"] == "clip_rubric"]
+                       .set_index(["trajectory_id", "clip_index"]).loc[key, "scores"])
             for t in (gpt, claude)]
     expected = {m: (pair[0][m] + pair[1][m]) / 2 for m in pair[0]}
     assert json.loads(row["scores"]) == pytest.approx(expected)
+    # Both fakes answer every ReAct prompt with the positive label: full agreement.
+    react = averaged[averaged["evaluation_kind"] != "clip_rubric"]
+    assert set(react["label"]) == {"correct", "optimal"} and (react["mean_score"] == 1.0).all()
+    summaries = pd.read_parquet(out / "trajectory_summaries.parquet")
+    assert (summaries["sequence_optimality"] == 1.0).all()
 
     assert main(args) == 0
     assert (openai_server.calls, anthropic_server.calls) == first, "rerun must not call"

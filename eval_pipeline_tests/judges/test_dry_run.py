@@ -26,7 +26,12 @@ def test_dry_run_counts_calls_and_cost_without_calling(openai_server, anthropic_
     assert claude.est_cost_usd > gpt.est_cost_usd
     assert gpt.max_cost_usd > gpt.est_cost_usd
     assert local.est_cost_usd == 0.0 and local.model == "qwen2.5:7b"
-    assert estimate.calls == 3 * len(tasks)
+    # local keeps the default evaluations: besides one rubric call per clip, one
+    # thought_to_tool call per tool clip (all 6 here), no query_to_thought (the fixture's
+    # clips state no thought) and one sequence_optimality call per trajectory (2).
+    trajectories = len({t.trajectory_id for t in tasks})
+    assert local.calls == len(tasks) + len(tasks) + trajectories
+    assert estimate.calls == 2 * len(tasks) + local.calls
 
     table = estimate.to_table()
     for needle in ("gpt", "claude", "heuristic", "total", "est. cost"):

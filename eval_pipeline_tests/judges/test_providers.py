@@ -78,11 +78,20 @@ def test_compatible_preset_json_object_mode_and_no_key_local(openai_server, task
     sent = openai_server.requests[-1].body
     assert sent["response_format"] == {"type": "json_object"}
     assert sent["max_tokens"] == 2000 and sent["temperature"] == 0.1
+    # JSON mode has no schema to enforce the label: the fake reads it from the prompt, and
+    # the reply is validated against the same label enum on the way back.
+    assert all(r.status == "ok" for r in rows)
+    assert {r.evaluation_kind: r.label for r in rows[1:]} == {
+        "thought_to_tool": "correct", "sequence_optimality": "optimal"}
 
     local = JudgeConfig(name="local", provider="openai_compatible", preset="vllm",
                         base_url=openai_server.base_url, model="qwen")
     rows = run(local, tasks[:1], api_key=None)
     assert rows[0].status == "ok" and rows[0].cost_usd == 0.0
     assert openai_server.requests[-1].body["response_format"]["type"] == "json_schema"
+    # Default evaluations: the clip's rubric row, its thought_to_tool row and the
+    # trajectory's sequence_optimality row (the clip states no thought: no query_to_thought).
+    assert [r.evaluation_kind for r in rows] == ["clip_rubric", "thought_to_tool",
+                                                 "sequence_optimality"]
     summary = summarize_rows(rows)
-    assert summary.ok == 1 and summary.calls == 1
+    assert summary.ok == 3 and summary.calls == 3
