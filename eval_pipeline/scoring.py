@@ -77,8 +77,10 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         combined = len(ok) > 1
         errors = [f"{j}: {e}" for j, e in zip(group["judge"], group["error"], strict=True)
                   if isinstance(e, str) and e]
-        label, label_counts = (majority_label(ok["label"]) if "label" in ok
-                               else (None, {}))
+        # Only the ReAct kinds have labels; a rubric row's label (the heuristic writes
+        # "heuristic" there) is not a verdict to take a majority of.
+        label, label_counts = (majority_label(ok["label"])
+                               if kind in REACT_EVALUATIONS and "label" in ok else (None, {}))
         out.append({
             "trajectory_id": tid,
             "clip_index": int(clip_index),

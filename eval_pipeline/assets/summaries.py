@@ -11,7 +11,12 @@ from eval_pipeline.io_manager import as_partition_dict
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
 from eval_pipeline.partitions import batches_partitions_def
-from eval_pipeline.report import REPORT_MEAN_KEY, build_report, report_markdown
+from eval_pipeline.report import (
+    REACT_ACCURACY_COLUMNS,
+    REPORT_MEAN_KEY,
+    build_report,
+    report_markdown,
+)
 from eval_pipeline.scoring import summarize_trajectories
 from eval_pipeline.versions import source_version
 
@@ -38,14 +43,22 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         """The original tool's evaluation_metadata and the response with embedded evaluations."""
         table = summarize_trajectories(preprocessed_trajectories, clips, averaged_scores, names)
         scored = table["overall_trajectory_score"].dropna()
+        # The batch's ReAct accuracies, pooled as in evaluation_report (None: nobody scored).
+        batch = build_report({"batch": table})
+        react = batch.iloc[0] if len(batch) else None
         return dg.Output(table, metadata={
             "trajectories": len(table),
             "scored": len(scored),
             "mean_overall_score": dg.MetadataValue.float(round(float(scored.mean()), 4))
             if len(scored) else dg.MetadataValue.null(),
+            **{column: dg.MetadataValue.float(round(float(react[column]), 4))
+               if react is not None and pd.notna(react[column]) else dg.MetadataValue.null()
+               for column in REACT_ACCURACY_COLUMNS},
             "judges": dg.MetadataValue.json(names),
             "preview": preview(table, ["task_id", "total_clips", "successful_evaluations",
-                                       "overall_trajectory_score", "success"]),
+                                       "overall_trajectory_score", "thought_to_tool_accuracy",
+                                       "query_to_thought_accuracy", "sequence_optimality",
+                                       "success"]),
         })
 
     @dg.asset(
@@ -67,6 +80,9 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         overall = report[report["batch"] == "ALL"]
         mean = overall["mean_overall_score"].iloc[0] if len(overall) else None
         metadata = {
+            **{column: dg.MetadataValue.float(round(float(overall[column].iloc[0]), 4))
+               if len(overall) and pd.notna(overall[column].iloc[0])
+               else dg.MetadataValue.null() for column in REACT_ACCURACY_COLUMNS},
             "batches": int((report["batch"] != "ALL").sum()),
             "trajectories": int(overall["trajectories"].iloc[0]) if len(overall) else 0,
             REPORT_MEAN_KEY: dg.MetadataValue.float(float(mean))

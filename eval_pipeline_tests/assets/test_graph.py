@@ -68,6 +68,8 @@ def test_whole_graph_for_a_batch_with_malformed_records(project_root, tmp_path, 
     assert mats["quarantine"]["quarantined"].value == len(quarantine)
     assert mats["judgments/heuristic"]["ok"].value == len(judged)
     assert "preview" in mats["trajectory_summaries"]
+    assert 0.0 <= mats["trajectory_summaries"]["thought_to_tool_accuracy"].value <= 1.0
+    assert mats["judgments/heuristic"]["rows_by_kind"].value["sequence_optimality"] == len(kept)
     checks = result.get_asset_check_evaluations()
     assert checks and all(c.passed for c in checks)
     assert {c.check_name for c in checks} >= {"every_record_accounted", "unique_trajectory_ids",

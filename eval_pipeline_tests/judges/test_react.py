@@ -11,6 +11,7 @@ from eval_pipeline import rubrics
 from eval_pipeline.judges.base import ClipView, JudgeError, JudgeReply, JudgeRequest
 from eval_pipeline.judges.cache import JudgeCache
 from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.judges.estimate import estimate_cost
 from eval_pipeline.judges.heuristic import HeuristicJudge
 from eval_pipeline.judges.runner import (
     ClipTask,
@@ -22,7 +23,7 @@ from eval_pipeline.judges.runner import (
 )
 from eval_pipeline.judges.schema import wire_schema
 from eval_pipeline.rubrics import ALL_EVALUATIONS
-from eval_pipeline_tests.judges.fake_servers import Act, label
+from eval_pipeline_tests.judges.fake_servers import Act, label, sleep
 from eval_pipeline_tests.judges.helpers import anthropic_config, openai_config, run
 
 TASK = "Find the population of Paris and compute its square root"
@@ -340,3 +341,28 @@ def test_llm_negative_label_and_repair_of_a_contradiction(openai_server):
     assert row.status == "ok" and row.repaired and row.label == "optimal"
     repair = openai_server.requests[-1].body["messages"][-1]["content"]
     assert "contradicts label 'suboptimal'" in repair and '"label"' in repair
+
+
+def test_react_requests_run_concurrently_under_the_judge_limit(openai_server):
+    config = openai_config(openai_server, evaluations=["sequence_optimality"], concurrency=3)
+    tasks = [t for i in range(6) for t in trajectory(f"t{i}")]
+    openai_server.push(*[sleep(0.3) for _ in range(6)])
+    rows = run(config, tasks)
+    assert [r.evaluation_kind for r in rows] == ["sequence_optimality"] * 6
+    assert all(r.status == "ok" for r in rows)
+    assert openai_server.max_in_flight == 3  # independent requests, capped by concurrency
+
+
+def test_dry_run_counts_react_calls_and_their_cache_hits(openai_server, tmp_path):
+    config = openai_config(openai_server, evaluations=list(ALL_EVALUATIONS))
+    tasks = trajectory("t0") + trajectory("t1")
+    before = estimate_cost(tasks, [config]).judges[0]
+    assert before.calls == 2 * (4 + 3 + 2 + 1) and before.cached == 0
+    narrowed = estimate_cost(tasks, [openai_config(openai_server,
+                                                   evaluations=["thought_to_tool"])])
+    assert narrowed.judges[0].calls == 6
+    cache = JudgeCache(tmp_path / "cache.sqlite")
+    run(config, tasks, cache=cache)
+    after = estimate_cost(tasks, [config], cache=cache).judges[0]
+    assert after.calls == 0 and after.cached == before.calls
+    cache.close()
