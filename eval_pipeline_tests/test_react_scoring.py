@@ -239,3 +239,23 @@ def test_judges_file_narrowed_to_the_rubric_gives_no_react_rows(project_root, tm
         assert "react_evaluations" not in record["evaluation_metadata"]
         assert "<react_checks>" not in record["full_response_with_evaluations"]
         assert "<trajectory_evaluation>" not in record["full_response_with_evaluations"]
+
+
+def test_react_checks_appear_when_the_rubric_failed_or_was_not_asked():
+    trajectories, clips, rubric, react = _trajectory_tables()
+    failed_rubric = [row("clip_rubric", 0, status="failed", error="HTTP 500"), *rubric[1:]]
+    text = summarize_trajectories(trajectories, clips, average_judgments(
+        {"h": frame(*failed_rubric, *react)}), ["h"]).iloc[0]["full_response_with_evaluations"]
+    assert ("<error>No judge could score this clip: h: HTTP 500</error>\n<react_checks>"
+            "thought_to_tool: correct; query_to_thought: not scored</react_checks>\n"
+            "</clip_evaluation>") in text
+
+    # a judges file narrowed to the ReAct kinds: the clip blocks hold only the checks
+    only_react = summarize_trajectories(trajectories, clips, average_judgments(
+        {"h": frame(*react)}), ["h"]).iloc[0]
+    text = only_react["full_response_with_evaluations"]
+    assert text.count("<clip_evaluation>") == 2 and "<scores>" not in text
+    assert "<clip_evaluation>\n<react_checks>thought_to_tool: incorrect</react_checks>\n" \
+           "</clip_evaluation>" in text
+    assert only_react["overall_trajectory_score"] is None  # no rubric: no invented score
+    assert only_react["thought_to_tool_accuracy"] == pytest.approx(0.5)
