@@ -21,9 +21,10 @@ REPORT_COLUMNS = [
     "batch", "trajectories", "scored_trajectories", "total_clips", "successful_evaluations",
     "clip_success_rate", "mean_overall_score", "agent_success_rate",
     "thought_to_tool_accuracy", "query_to_thought_accuracy", "sequence_optimality_accuracy",
-    "tool_type_means",
+    "routing_checked", "routing_pass_rate", "tool_type_means",
 ]
-REACT_ACCURACY_COLUMNS = REPORT_COLUMNS[8:11]
+REACT_ACCURACY_COLUMNS = ["thought_to_tool_accuracy", "query_to_thought_accuracy",
+                          "sequence_optimality_accuracy"]
 
 
 def _react_accuracies(df: pd.DataFrame) -> dict[str, float | None]:
@@ -62,6 +63,8 @@ def _row(batch: str, df: pd.DataFrame) -> dict:
     clips = int(df["total_clips"].sum())
     ok = int(df["successful_evaluations"].sum())
     success = df["success"].dropna()
+    routed = (df["routing_passed"].dropna() if "routing_passed" in df.columns
+              else pd.Series(dtype=bool))
     return {
         "batch": batch,
         "trajectories": len(df),
@@ -72,6 +75,8 @@ def _row(batch: str, df: pd.DataFrame) -> dict:
         "mean_overall_score": float(scored.mean()) if len(scored) else None,
         "agent_success_rate": float(success.astype(bool).mean()) if len(success) else None,
         **_react_accuracies(df),
+        "routing_checked": len(routed),
+        "routing_pass_rate": float(routed.astype(bool).mean()) if len(routed) else None,
         "tool_type_means": json.dumps({t: round(fmean(v), 4)
                                        for t, v in sorted(tool_scores.items())}),
     }

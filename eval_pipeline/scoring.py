@@ -249,17 +249,40 @@ SUMMARY_COLUMNS = [
     "task_description", "timestamp", "duration", "success", "final_result", "raw_response",
     "total_clips", "successful_evaluations", "success_rate", "overall_trajectory_score",
     "thought_to_tool_accuracy", "query_to_thought_accuracy", "sequence_optimality",
+    "routing_passed", "routing_reason",
     "evaluation_metadata", "full_response_with_evaluations",
 ]
+_ROUTING_LISTS = ("expected_tools", "actual_tools", "missing", "unexpected",
+                  "argument_failures")
+
+
+def routing_block(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The deterministic routing check of one trajectory, for evaluation_metadata."""
+    block = {k: row[k] for k in ("passed", "reason", "arguments_checked")}
+    block.update({k: _loads_list(row[k]) for k in _ROUTING_LISTS})
+    args = row["arguments_passed"]
+    block["arguments_passed"] = None if args is None or pd.isna(args) else bool(args)
+    block["passed"] = bool(block["passed"])
+    block["arguments_checked"] = int(block["arguments_checked"])
+    return block
+
+
+def _loads_list(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return value
+    return json.loads(value) if isinstance(value, str) and value else []
 
 
 def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
-                           averaged: pd.DataFrame, model_names: Sequence[str]) -> pd.DataFrame:
+                           averaged: pd.DataFrame, model_names: Sequence[str],
+                           routing: pd.DataFrame | None = None) -> pd.DataFrame:
     clip_kind = (averaged[averaged["evaluation_kind"] == EVAL_KIND_CLIP] if len(averaged)
                  else averaged)
     react_kind = (averaged[averaged["evaluation_kind"].isin(list(REACT_EVALUATIONS))]
                   if len(averaged) else averaged)
     has_react = len(react_kind) > 0
+    routing_by_traj = ({r["trajectory_id"]: r for r in routing.to_dict("records")}
+                       if routing is not None and len(routing) else {})
     by_traj = {tid: g.sort_values("clip_index") for tid, g in clip_kind.groupby("trajectory_id")}
     react_by_traj = {tid: g.to_dict("records") for tid, g in react_kind.groupby("trajectory_id")}
     ends = {
@@ -288,6 +311,9 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
         if has_react:
             # Added after the original tool's keys, which stay exactly as they were.
             meta["react_evaluations"] = react
+        routed = routing_by_traj.get(tid)
+        if routed is not None:
+            meta["routing"] = routing_block(routed)
         seq_rows = [r for r in react_rows if r["evaluation_kind"] == EVAL_SEQUENCE_OPTIMALITY]
         if seq_rows:
             full += trajectory_evaluation_block(seq_rows[0])
@@ -300,6 +326,8 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
             "thought_to_tool_accuracy": react[EVAL_THOUGHT_TO_TOOL]["accuracy"],
             "query_to_thought_accuracy": react[EVAL_QUERY_TO_THOUGHT]["accuracy"],
             "sequence_optimality": react[EVAL_SEQUENCE_OPTIMALITY]["score"],
+            "routing_passed": bool(routed["passed"]) if routed is not None else None,
+            "routing_reason": routed["reason"] if routed is not None else None,
             "evaluation_metadata": json.dumps(meta, ensure_ascii=False),
             "full_response_with_evaluations": full,
         })

@@ -54,6 +54,8 @@ def test_cli_on_the_sample_data(project_root, tmp_path, capsys, dagster_home):
             "evaluation_metadata"} <= set(first)
     assert {"total_clips", "successful_evaluations", "success_rate",
             "overall_trajectory_score", "tool_averages"} <= set(first["evaluation_metadata"])
+    # No expected tools in these drops: no routing block, the original layout.
+    assert "routing" not in first["evaluation_metadata"]
     for name in ["raw_trajectories", "quarantine", "preprocessed_trajectories",
                  "preprocess_report", "clips", "judgments__heuristic", "averaged_scores",
                  "trajectory_summaries", "evaluation_report"]:
@@ -188,6 +190,14 @@ def test_cli_routing_cases_are_checked_deterministically(tmp_path, capsys):
     assert not routing.loc["kb", "passed"] and routing.loc["chit-chat", "passed"]
     assert json.loads(routing.loc["kb", "missing"]) == ["search_knowledge_base"]
     assert re.search(r"^routing checks\s+1/2 passed$", capsys.readouterr().out, re.MULTILINE)
+    summaries = pd.read_parquet(out / "trajectory_summaries.parquet").set_index("task_id")
+    assert summaries.loc["chit-chat", "routing_passed"]
+    assert not summaries.loc["kb", "routing_passed"]
+    block = json.loads(summaries.loc["kb", "evaluation_metadata"])["routing"]
+    assert block["missing"] == ["search_knowledge_base"] and block["passed"] is False
+    report = pd.read_parquet(out / "evaluation_report.parquet").set_index("batch")
+    assert report.loc["ALL", "routing_checked"] == 2
+    assert report.loc["ALL", "routing_pass_rate"] == 0.5
 
 
 def test_cli_output_inside_the_input_folder_is_not_read_back(project_root, tmp_path):

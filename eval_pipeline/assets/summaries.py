@@ -34,14 +34,16 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         partitions_def=batches_partitions_def,
         group_name=SUMMARY_GROUP,
         kinds={"pandas", "parquet"},
-        code_version=source_version("eval_pipeline.scoring"),
+        code_version=source_version("eval_pipeline.scoring", "eval_pipeline.report"),
     )
     def trajectory_summaries(
         preprocessed_trajectories: pd.DataFrame, clips: pd.DataFrame,
-        averaged_scores: pd.DataFrame,
+        averaged_scores: pd.DataFrame, routing_checks: pd.DataFrame,
     ) -> dg.Output[pd.DataFrame]:
-        """The original tool's evaluation_metadata and the response with embedded evaluations."""
-        table = summarize_trajectories(preprocessed_trajectories, clips, averaged_scores, names)
+        """The original tool's evaluation_metadata and the response with embedded evaluations,
+        plus the ReAct accuracies and the routing check of each trajectory."""
+        table = summarize_trajectories(preprocessed_trajectories, clips, averaged_scores, names,
+                                       routing_checks)
         scored = table["overall_trajectory_score"].dropna()
         # The batch's ReAct accuracies, pooled as in evaluation_report (None: nobody scored).
         batch = build_report({"batch": table})
@@ -54,6 +56,8 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
             **{column: dg.MetadataValue.float(round(float(react[column]), 4))
                if react is not None and pd.notna(react[column]) else dg.MetadataValue.null()
                for column in REACT_ACCURACY_COLUMNS},
+            "routing_passed": int(table["routing_passed"].fillna(False).astype(bool).sum()),
+            "routing_checked": int(table["routing_passed"].notna().sum()),
             "judges": dg.MetadataValue.json(names),
             "preview": preview(table, ["task_id", "total_clips", "successful_evaluations",
                                        "overall_trajectory_score", "thought_to_tool_accuracy",
