@@ -73,7 +73,7 @@ def stage_figures(paths: list[Path]) -> list[list[object]]:
 
 
 def dagster_figures(paths: list[Path]) -> list[list[object]]:
-    from eval_pipeline.cli import run_pipeline
+    from eval_pipeline.local_run import run_pipeline
 
     rows = []
     for path in paths[:2]:

@@ -1,0 +1,231 @@
+"""Running the whole asset graph locally: split inputs, execute batch runs, export tables.
+
+The CLI's engine, usable from scripts and benchmarks. It is not a second code path: it
+registers the batches as dynamic partitions of the same Definitions the UI loads and executes
+the same jobs in-process, recording into the Dagster instance under DAGSTER_HOME, so runs,
+metadata and lineage show up in ``dagster dev``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from eval_pipeline.ingest import ReadOptions
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.preprocess import PreprocessConfig
+from eval_pipeline.splitting import DROP_SUFFIXES, BatchManifest, split_drop, unique_bases
+
+DAGSTER_HOME_DIRNAME = ".dagster_home"
+_SKIP_DIRS = {"batches", "assets", "output", DAGSTER_HOME_DIRNAME, "__pycache__"}
+EVALUATED_FIELDS = ["timestamp", "task_id", "task_description", "duration", "success",
+                    "final_result", "raw_response"]
+
+
+class PipelineInputError(Exception):
+    """A problem the user can fix (missing input, a failed batch); reported in one line."""
+
+
+def collect_inputs(path: Path, exclude: Path | None = None) -> list[Path]:
+    """Input files under ``path``; never the pipeline's own output folder or hidden files."""
+    if not path.exists():
+        raise PipelineInputError(f"input not found: {path}")
+    if path.is_file():
+        return [path]
+    skip = exclude.resolve() if exclude is not None else None
+    found = sorted(
+        p for p in path.rglob("*")
+        if p.is_file() and p.suffix.lower() in DROP_SUFFIXES
+        and not any(part in _SKIP_DIRS or part.startswith(".")
+                    for part in p.relative_to(path).parts[:-1])
+        and not p.name.startswith(".")
+        and not (skip is not None and p.resolve().is_relative_to(skip))
+    )
+    if not found:
+        suffixes = ", ".join(sorted(DROP_SUFFIXES))
+        raise PipelineInputError(f"no input files ({suffixes}) under {path}")
+    return found
+
+
+def default_dagster_home() -> Path:
+    """Inside the project when run from it (git-ignored), else in the user's home."""
+    cwd = Path.cwd()
+    if (cwd / "workspace.yaml").exists():
+        return cwd / DAGSTER_HOME_DIRNAME
+    project = Path(__file__).resolve().parents[1]
+    if (project / "workspace.yaml").exists():
+        return project / DAGSTER_HOME_DIRNAME
+    return Path.home() / ".eval_pipeline" / "dagster_home"
+
+
+def ensure_dagster_home() -> Path:
+    home = Path(os.environ.get("DAGSTER_HOME") or default_dagster_home()).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text("telemetry:\n  enabled: false\n", "utf-8")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def split_inputs(inputs: Sequence[Path], batches_dir: Path, split_size: int,
+                 read: ReadOptions) -> list[BatchManifest]:
+    manifests: list[BatchManifest] = []
+    bases = unique_bases(list(inputs))
+    for drop in inputs:
+        for manifest in split_drop(drop, batches_dir, split_size, read.format_for(drop),
+                                   base=bases[drop]):
+            if any(m.partition_key == manifest.partition_key for m in manifests):
+                raise PipelineInputError(
+                    f"two inputs map to batch {manifest.partition_key!r}: rename one of the "
+                    f"files named {drop.name!r}")
+            manifests.append(manifest)
+    return manifests
+
+
+def export_tables(assets_dir: Path, output: Path) -> dict[str, pd.DataFrame]:
+    """One Parquet per asset at the top of DIR, all batches concatenated."""
+    tables: dict[str, pd.DataFrame] = {}
+    for single in sorted(assets_dir.rglob("*.parquet")):
+        rel = single.relative_to(assets_dir)
+        if len(rel.parts) == 1:  # unpartitioned asset: <base>/<name>.parquet
+            tables[rel.stem] = pd.read_parquet(single)
+    for folder in sorted(p for p in assets_dir.rglob("*") if p.is_dir()):
+        files = sorted(folder.glob("*.parquet"))
+        if not files or any(p.is_dir() for p in folder.iterdir()):
+            continue
+        name = "__".join(folder.relative_to(assets_dir).parts)
+        frames = [pd.read_parquet(f) for f in files]
+        nonempty = [f for f in frames if len(f)]
+        tables[name] = pd.concat(nonempty, ignore_index=True) if nonempty else frames[0]
+    for name, table in tables.items():
+        table.to_parquet(output / f"{name}.parquet", index=False)
+    return tables
+
+
+def write_evaluated(summaries: pd.DataFrame, path: Path) -> int:
+    """The original tool's output records: the input fields plus the evaluations."""
+    ordered = summaries.sort_values(["batch", "source_line"]) if len(summaries) else summaries
+    with path.open("w", encoding="utf-8") as fh:
+        for row in ordered.to_dict("records"):
+            record = {k: (None if isinstance(row.get(k), float) and pd.isna(row.get(k))
+                          else row.get(k)) for k in EVALUATED_FIELDS}
+            record["full_response_with_evaluations"] = row["full_response_with_evaluations"]
+            record["evaluation_metadata"] = json.loads(row["evaluation_metadata"])
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return len(ordered)
+
+
+@dataclass(frozen=True)
+class BatchRunSpec:
+    """Everything a worker process needs to rebuild the same Definitions (picklable)."""
+
+    judges: tuple[JudgeConfig, ...]
+    pipeline: dict[str, object]
+    assets_dir: str
+    log_level: str
+
+    def definitions(self):
+        from eval_pipeline.definitions import build_definitions
+        from eval_pipeline.settings import PipelineSettings
+
+        return build_definitions(self.judges, pipeline=PipelineSettings(**self.pipeline),
+                                 assets_dir=self.assets_dir)
+
+    @property
+    def run_config(self) -> dict:
+        return {"loggers": {"console": {"config": {"log_level": self.log_level}}}}
+
+
+def _execute(job, instance, run_config: dict, partition_key: str | None = None) -> str | None:
+    """Run one job in-process; the first step failure's message, or None on success."""
+    result = job.execute_in_process(partition_key=partition_key, instance=instance,
+                                    run_config=run_config, raise_on_error=False,
+                                    tags={"eval_pipeline/source": "cli"})
+    return None if result.success else _first_failure(result)
+
+
+def _run_batches_in_worker(spec: BatchRunSpec, keys: list[str]) -> tuple[str, str] | None:
+    """A worker process: its own Definitions and instance handle, the same DAGSTER_HOME."""
+    import dagster as dg
+
+    job = spec.definitions().resolve_job_def("evaluate_batch")
+    with dg.DagsterInstance.get() as instance:
+        for key in keys:
+            print(f"evaluating batch {key}", file=sys.stderr)
+            error = _execute(job, instance, spec.run_config, key)
+            if error:
+                return key, error
+    return None
+
+
+def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
+                 split_size: int = 10, preprocess: PreprocessConfig | None = None,
+                 read: ReadOptions | None = None, log_level: str = "WARNING",
+                 workers: int = 1) -> dict[str, pd.DataFrame]:
+    """Run every stage for every batch through Dagster and export the results.
+
+    With ``workers > 1`` batches run in that many processes at once, each recording into
+    the same instance; the orchestration cost per batch is mostly event-log writes, so this
+    scales with cores.
+    """
+    import dagster as dg
+
+    from eval_pipeline.partitions import BATCHES_PARTITION
+
+    inputs = collect_inputs(input_path, exclude=output)
+    output.mkdir(parents=True, exist_ok=True)
+    batches_dir, assets_dir = output / "batches", output / "assets"
+    for folder in (batches_dir, assets_dir):
+        if folder.exists():
+            shutil.rmtree(folder)
+    read = read or ReadOptions()
+    manifests = split_inputs(inputs, batches_dir, split_size, read)
+    ensure_dagster_home()
+    preprocess = preprocess or PreprocessConfig()
+    spec = BatchRunSpec(
+        judges=tuple(judges),
+        pipeline={"batches_dir": str(batches_dir.resolve()), "split_size": split_size,
+                  **read.model_dump(), **preprocess.model_dump()},
+        assets_dir=str(assets_dir.resolve()),
+        log_level=log_level,
+    )
+    keys = [m.partition_key for m in manifests]
+    with dg.DagsterInstance.get() as instance:
+        instance.add_dynamic_partitions(BATCHES_PARTITION, keys)
+    shares = [keys[i::workers] for i in range(workers)] if workers > 1 else [keys]
+    if len(shares) == 1:
+        failures = [_run_batches_in_worker(spec, keys)]
+    else:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=len(shares), mp_context=context) as pool:
+            failures = list(pool.map(_run_batches_in_worker, [spec] * len(shares), shares))
+    for failure in failures:
+        if failure:
+            raise PipelineInputError(f"batch {failure[0]} failed: {failure[1]}")
+    defs = spec.definitions()
+    with dg.DagsterInstance.get() as instance:
+        error = _execute(defs.resolve_job_def("evaluation_report_job"), instance,
+                         spec.run_config)
+    if error:
+        raise PipelineInputError(f"evaluation report failed: {error}")
+    tables = export_tables(assets_dir, output)
+    write_evaluated(tables.get("trajectory_summaries", pd.DataFrame()),
+                    output / "evaluated.jsonl")
+    return tables
+
+
+def _first_failure(result) -> str:
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data.error is not None:
+            return event.step_failure_data.error.message.strip()
+    return "unknown failure (see the run in the Dagster UI)"
