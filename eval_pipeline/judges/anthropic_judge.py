@@ -17,49 +17,29 @@ from typing import Any
 import anthropic
 from anthropic import AsyncAnthropic
 
-from eval_pipeline.judges.base import JudgeError, JudgeReply, JudgeRequest
+from eval_pipeline.judges.base import JudgeReply, JudgeRequest
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import (
     InvalidOutput,
 )
-from eval_pipeline.judges.presets import call_identity, resolve_endpoint
 from eval_pipeline.judges.schema import SCHEMA_NAME, validate_reply_data, wire_schema
-from eval_pipeline.judges.sdk_errors import translate_sdk_error
+from eval_pipeline.judges.sdk_judge import SdkJudge
 
 _TOOL_DESCRIPTION = "Record the evaluation of the clip: one score per criterion, a summary, "\
     "and the reasoning (and the label, when the schema asks for one)."
 
 
-class AnthropicJudge:
+class AnthropicJudge(SdkJudge):
     """One configured judge on the Anthropic Messages API."""
 
+    sdk = anthropic
+
     def __init__(self, config: JudgeConfig, api_key: str | None = None) -> None:
-        endpoint = resolve_endpoint(config)
-        if not api_key:
-            raise ValueError(
-                f"judge {config.name!r}: no API key; set the environment variable "
-                f"{endpoint.key_env or '<api_key_env>'}"
-            )
-        self.name = config.name
-        self.provider = config.provider
-        self.model = endpoint.model
-        self.endpoint = endpoint
-        self.config = config
-        self._secrets = (api_key,)
+        super().__init__(config, api_key)
         # base_url is always explicit so ANTHROPIC_BASE_URL or a profile on disk cannot
         # silently redirect a judge.
-        self._client = AsyncAnthropic(api_key=api_key, base_url=endpoint.base_url,
+        self._client = AsyncAnthropic(api_key=api_key, base_url=self.endpoint.base_url,
                                       timeout=config.timeout_s, max_retries=0)
-
-    def __repr__(self) -> str:
-        return f"AnthropicJudge(name={self.name!r}, model={self.model!r})"
-
-    @property
-    def secrets(self) -> tuple[str | None, ...]:
-        return self._secrets
-
-    def cache_identity(self) -> dict[str, Any]:
-        return call_identity(self.config)
 
     async def score(self, request: JudgeRequest) -> JudgeReply:
         tool: dict[str, Any] = {
@@ -105,9 +85,3 @@ class AnthropicJudge:
                           reasoning=data["reasoning"], label=data.get("label"),  # type: ignore[arg-type]
                           raw_response=raw,
                           tokens_in=tokens_in, tokens_out=tokens_out)
-
-    def _translate(self, exc: anthropic.APIError) -> JudgeError:
-        return translate_sdk_error(exc, anthropic, self.config.timeout_s, self._secrets)
-
-    async def aclose(self) -> None:
-        await self._client.close()

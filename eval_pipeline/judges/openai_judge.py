@@ -16,53 +16,33 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
-from eval_pipeline.judges.base import JudgeError, JudgeReply, JudgeRequest
+from eval_pipeline.judges.base import JudgeReply, JudgeRequest
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import (
     InvalidOutput,
 )
-from eval_pipeline.judges.presets import call_identity, resolve_endpoint, sends_temperature
+from eval_pipeline.judges.presets import sends_temperature
 from eval_pipeline.judges.schema import SCHEMA_NAME, parse_reply_text, wire_schema
-from eval_pipeline.judges.sdk_errors import translate_sdk_error
+from eval_pipeline.judges.sdk_judge import SdkJudge
 
 
-class OpenAIJudge:
+class OpenAIJudge(SdkJudge):
     """One configured judge on a Chat Completions endpoint."""
+
+    sdk = openai
 
     def __init__(self, config: JudgeConfig, api_key: str | None = None,
                  *, default_headers: dict[str, str] | None = None) -> None:
-        endpoint = resolve_endpoint(config)
-        if endpoint.requires_key and not api_key:
-            raise ValueError(
-                f"judge {config.name!r}: no API key; set the environment variable "
-                f"{endpoint.key_env or '<api_key_env>'}"
-            )
-        self.name = config.name
-        self.provider = config.provider
-        self.model = endpoint.model
-        self.endpoint = endpoint
-        self.config = config
-        self._secrets = (api_key,)
-        self._send_temperature = sends_temperature(config, endpoint)
+        super().__init__(config, api_key)
+        self._send_temperature = sends_temperature(config, self.endpoint)
         self._client = AsyncOpenAI(
             # Local servers ignore the key, but the SDK insists on one.
             api_key=api_key or "no-key-needed",
-            base_url=endpoint.base_url,
+            base_url=self.endpoint.base_url,
             timeout=config.timeout_s,
             max_retries=0,
             default_headers=default_headers,
         )
-
-    def __repr__(self) -> str:  # the client holds the key; never print it
-        return f"OpenAIJudge(name={self.name!r}, model={self.model!r})"
-
-    @property
-    def secrets(self) -> tuple[str | None, ...]:
-        return self._secrets
-
-    def cache_identity(self) -> dict[str, Any]:
-        """Everything besides the prompt and schema that shapes the answer."""
-        return call_identity(self.config)
 
     def _response_format(self, metrics: list[str], labels: list[str]) -> dict[str, Any]:
         if self.endpoint.output_mode == "json_schema":
@@ -113,9 +93,3 @@ class OpenAIJudge:
                           reasoning=data["reasoning"], label=data.get("label"),
                           raw_response=content,
                           tokens_in=tokens_in, tokens_out=tokens_out)
-
-    def _translate(self, exc: openai.APIError) -> JudgeError:
-        return translate_sdk_error(exc, openai, self.config.timeout_s, self._secrets)
-
-    async def aclose(self) -> None:
-        await self._client.close()

@@ -1,4 +1,4 @@
-"""One mapping from the official SDKs' exceptions to the runner's error kinds.
+"""What the official-SDK judges share: their identity, their secrets, their errors.
 
 The openai and anthropic SDKs share the same exception family (APITimeoutError,
 APIConnectionError, APIStatusError), so one function decides for both what is transient
@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any, ClassVar
 
 from eval_pipeline.judges._common import retry_after_seconds
 from eval_pipeline.judges.base import JudgeError
+from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import FatalProviderError, TransientJudgeError, redact
+from eval_pipeline.judges.presets import ResolvedEndpoint, call_identity, resolve_endpoint
 
 FATAL_STATUSES = frozenset({401, 402, 403, 404})
 
@@ -38,3 +41,41 @@ def translate_sdk_error(exc: Exception, sdk: ModuleType, timeout_s: float,
             return FatalProviderError(text)
         return JudgeError(text)
     return JudgeError(f"{type(exc).__name__}: {message}")
+
+
+class SdkJudge:
+    """Base of the provider judges: resolves the endpoint, refuses a missing key, never
+    shows the key (``__repr__``, ``secrets`` for redaction), maps SDK errors."""
+
+    sdk: ClassVar[ModuleType]
+
+    def __init__(self, config: JudgeConfig, api_key: str | None) -> None:
+        endpoint: ResolvedEndpoint = resolve_endpoint(config)
+        if endpoint.requires_key and not api_key:
+            raise ValueError(
+                f"judge {config.name!r}: no API key; set the environment variable "
+                f"{endpoint.key_env or '<api_key_env>'}"
+            )
+        self.name = config.name
+        self.provider = config.provider
+        self.model = endpoint.model
+        self.endpoint = endpoint
+        self.config = config
+        self._secrets = (api_key,)
+
+    def __repr__(self) -> str:  # the client holds the key; never print it
+        return f"{type(self).__name__}(name={self.name!r}, model={self.model!r})"
+
+    @property
+    def secrets(self) -> tuple[str | None, ...]:
+        return self._secrets
+
+    def cache_identity(self) -> dict[str, Any]:
+        """Everything besides the prompt and schema that shapes the answer."""
+        return call_identity(self.config)
+
+    def _translate(self, exc: Exception) -> JudgeError:
+        return translate_sdk_error(exc, self.sdk, self.config.timeout_s, self._secrets)
+
+    async def aclose(self) -> None:
+        await self._client.close()  # type: ignore[attr-defined]
