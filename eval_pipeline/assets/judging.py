@@ -36,8 +36,10 @@ _ANSWER_SHAPING = ("provider", "model", "base_url", "preset", "temperature", "ma
 
 def judge_code_version(config: JudgeConfig) -> str:
     shaping = config.model_dump_json(include=set(_ANSWER_SHAPING))
-    provider_module = f"eval_pipeline.judges.{_MODULE[config.provider]}"
-    code = source_version("eval_pipeline.judges.runner", provider_module)
+    modules = ["eval_pipeline.judges.runner", f"eval_pipeline.judges.{_MODULE[config.provider]}"]
+    if config.provider != "heuristic":
+        modules += ["eval_pipeline.judges.sdk_judge", "eval_pipeline.judges.schema"]
+    code = source_version(*modules)
     return hashlib.sha256((shaping + templates_version() + code).encode()).hexdigest()[:12]
 
 
