@@ -32,12 +32,15 @@ class Clip(BaseModel):
     answer: str
     step_start: int
     step_end: int
+    human_label: float | None = None
+    """Mean of the source's step labels inside the clip (e.g. AgentProcessBench +1/0/-1)."""
 
 
 def _clip(index: int, text: str, steps: Sequence[Step], first: int, last: int, start: int,
           end: int, call: Step | None) -> Clip:
     inside = steps[first:last]
     results = [s.content for s in inside if s.kind == "tool_result"]
+    labels = [s.label for s in inside if s.label is not None]
     answers = [s.content for s in inside if s.kind == "answer"]
     return Clip(
         clip_index=index,
@@ -54,6 +57,7 @@ def _clip(index: int, text: str, steps: Sequence[Step], first: int, last: int, s
         answer="\n".join(answers),
         step_start=first,
         step_end=last,
+        human_label=sum(labels) / len(labels) if labels else None,
     )
 
 

@@ -16,12 +16,15 @@ from statistics import fmean
 
 import pandas as pd
 
+from eval_pipeline.agreement import auc, outcome_of, step_label_positive
+
 REPORT_MEAN_KEY = "mean_overall_score"
 REPORT_COLUMNS = [
     "batch", "trajectories", "scored_trajectories", "total_clips", "successful_evaluations",
     "clip_success_rate", "mean_overall_score", "agent_success_rate",
     "thought_to_tool_accuracy", "query_to_thought_accuracy", "sequence_optimality_accuracy",
-    "routing_checked", "routing_pass_rate", "tool_type_means",
+    "routing_checked", "routing_pass_rate",
+    "outcome_auc", "outcome_labelled", "step_label_auc", "step_labelled", "tool_type_means",
 ]
 REACT_ACCURACY_COLUMNS = ["thought_to_tool_accuracy", "query_to_thought_accuracy",
                           "sequence_optimality_accuracy"]
@@ -53,6 +56,21 @@ def _react_accuracies(df: pd.DataFrame) -> dict[str, float | None]:
     }
 
 
+def _label_agreement(df: pd.DataFrame) -> dict[str, float | int | None]:
+    """Do the judges rank what the source labelled good above what it labelled bad?"""
+    rows = df.to_dict("records")
+    outcome = auc((r["overall_trajectory_score"], outcome_of(r)) for r in rows)
+    steps = auc((score, step_label_positive(label))
+                for r in rows if isinstance(r.get("labelled_clips"), str)
+                for _clip, score, label in json.loads(r["labelled_clips"]))
+    return {
+        "outcome_auc": outcome.auc,
+        "outcome_labelled": outcome.positives + outcome.negatives,
+        "step_label_auc": steps.auc,
+        "step_labelled": steps.positives + steps.negatives,
+    }
+
+
 def _row(batch: str, df: pd.DataFrame) -> dict:
     scored = df["overall_trajectory_score"].dropna()
     tool_scores: dict[str, list[float]] = defaultdict(list)
@@ -77,6 +95,7 @@ def _row(batch: str, df: pd.DataFrame) -> dict:
         **_react_accuracies(df),
         "routing_checked": len(routed),
         "routing_pass_rate": float(routed.astype(bool).mean()) if len(routed) else None,
+        **_label_agreement(df),
         "tool_type_means": json.dumps({t: round(fmean(v), 4)
                                        for t, v in sorted(tool_scores.items())}),
     }

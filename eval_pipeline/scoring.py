@@ -249,7 +249,7 @@ SUMMARY_COLUMNS = [
     "task_description", "timestamp", "duration", "success", "final_result", "raw_response",
     "total_clips", "successful_evaluations", "success_rate", "overall_trajectory_score",
     "thought_to_tool_accuracy", "query_to_thought_accuracy", "sequence_optimality",
-    "routing_passed", "routing_reason",
+    "routing_passed", "routing_reason", "reward", "final_label", "labelled_clips",
     "evaluation_metadata", "full_response_with_evaluations",
 ]
 _ROUTING_LISTS = ("expected_tools", "actual_tools", "missing", "unexpected",
@@ -290,6 +290,10 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
         for tid, ci, end in zip(clips["trajectory_id"], clips["clip_index"], clips["end"],
                                 strict=True)
     } if len(clips) else {}
+    human = ({(tid, int(ci)): label for tid, ci, label in zip(
+        clips["trajectory_id"], clips["clip_index"], clips["human_label"], strict=True)
+        if label is not None and not pd.isna(label)}
+        if len(clips) and "human_label" in clips.columns else {})
     rows = []
     for traj in trajectories.to_dict("records"):
         tid = traj["trajectory_id"]
@@ -328,6 +332,12 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
             "sequence_optimality": react[EVAL_SEQUENCE_OPTIMALITY]["score"],
             "routing_passed": bool(routed["passed"]) if routed is not None else None,
             "routing_reason": routed["reason"] if routed is not None else None,
+            # (clip, judges' mean score, the source's step label) for agreement figures.
+            "labelled_clips": json.dumps([
+                [int(r["clip_index"]), r["mean_score"], human[(tid, int(r["clip_index"]))]]
+                for r in clip_rows
+                if r["status"] == "ok" and (tid, int(r["clip_index"])) in human
+            ]),
             "evaluation_metadata": json.dumps(meta, ensure_ascii=False),
             "full_response_with_evaluations": full,
         })
