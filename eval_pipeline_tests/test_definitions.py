@@ -64,3 +64,19 @@ def test_llm_judges_share_a_pool_and_the_heuristic_does_not():
     graph = build_definitions(judges).resolve_asset_graph()
     assert graph.get(dg.AssetKey(["judgments", "gpt"])).pools == {"judge_api"}
     assert not graph.get(dg.AssetKey(["judgments", "heuristic"])).pools
+
+
+def test_the_ui_location_reads_the_judges_file_and_assets_dir_from_the_environment(
+        tmp_path, monkeypatch):
+    judges = tmp_path / "judges.yaml"
+    judges.write_text("judges:\n  - name: rules\n    provider: heuristic\n"
+                      "  - name: gpt\n    provider: openai\n    model: gpt-4.1-mini\n"
+                      "    api_key_env: SOME_KEY_NAME\n", "utf-8")
+    monkeypatch.setenv("EVAL_PIPELINE_JUDGES", str(judges))
+    monkeypatch.setenv("EVAL_PIPELINE_ASSETS_DIR", str(tmp_path / "assets"))
+    loaded = defs()
+    keys = {k.to_user_string() for k in loaded.resolve_asset_graph().get_all_asset_keys()}
+    assert {"judgments/rules", "judgments/gpt"} <= keys and "judgments/heuristic" not in keys
+    assert loaded.resources["io_manager"].base_path == str(tmp_path / "assets")
+    # The key is an EnvVar reference, not a value: loading needs no key at all.
+    assert "SOME_KEY_NAME" in repr(loaded.resources["judge_gpt"].api_key)
