@@ -38,7 +38,11 @@ class Step(BaseModel):
         default=None, description="The call's parameters as text (JSON where the source has it)."
     )
     tool_call_id: str | None = None
-    label: float | None = Field(default=None, description="A per-step label the source carries.")
+    label: float | None = Field(
+        default=None,
+        description="A per-step label the source carries, on one scale: +1 good, 0 neutral, "
+        "-1 bad.",
+    )
 
 
 class Trajectory(BaseModel):

@@ -14,7 +14,7 @@ rendered as one ``user`` step so the trajectory is still well-formed.
 - ``bfcl_answers``: an answer file read on its own: the gold calls rendered as tool-call
   steps (a reference trajectory, ``extra["reference"] = True``).
 - ``devai_judgment``: DevAI requirement judgments (human or Agent-as-a-Judge); each
-  requirement is a text step labelled 1.0 (satisfied) or 0.0.
+  requirement is a text step labelled +1.0 (satisfied) or -1.0 (not), the canonical scale.
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ def _prompt_steps(prompt: str) -> tuple[str, list[Any]]:
     out.element("user", prompt)
     return out.text(), out.steps
 
+
+
+def _signed(satisfied: bool | None) -> float | None:
+    """Step labels use one scale across sources: +1 good, 0 neutral, -1 bad."""
+    return None if satisfied is None else (1.0 if satisfied else -1.0)
 
 class RoutingCaseParser(JsonRecordsParser):
     name: ClassVar[str] = "routing_cases"
@@ -235,14 +240,14 @@ class DevAiJudgmentParser(JsonRecordsParser):
                 f"Requirement {r.get('requirement_id')} [{r.get('category')}] "
                 f"(prerequisites: {r.get('prerequisites')}): {r.get('criteria')}\n"
                 f"satisfied: {sat}",
-                label=None if sat is None else float(sat),
+                label=_signed(sat),
             )
         for p in value.get("preferences") or []:
             if isinstance(p, dict):
                 sat = as_bool(p.get("satisfied"))
                 out.text_block("text", f"Preference {p.get('preference_id')}: "
                                        f"{p.get('criteria')}\nsatisfied: {sat}",
-                               label=None if sat is None else float(sat))
+                               label=_signed(sat))
         parts = ctx.path.parts if ctx.path else ()
         judge = ("human" if "human_as_a_judge" in parts
                  else "agent_as_a_judge" if "agent_as_a_judge" in parts else None)
