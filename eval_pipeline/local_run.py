@@ -146,11 +146,31 @@ class BatchRunSpec:
         return {"loggers": {"console": {"config": {"log_level": self.log_level}}}}
 
 
+def check_judge_keys(judges: Sequence[JudgeConfig]) -> None:
+    """Fail before any work when a judge's key variable is not set (the key itself is never
+    read here beyond checking it is there)."""
+    from eval_pipeline.judges.presets import resolve_endpoint
+
+    for judge in judges:
+        if judge.provider == "heuristic" or not resolve_endpoint(judge).requires_key:
+            continue
+        if not judge.api_key_env or not os.environ.get(judge.api_key_env):
+            variable = judge.api_key_env or "<api_key_env in the judges file>"
+            raise PipelineInputError(
+                f"judge {judge.name!r} needs its API key in the environment variable "
+                f"{variable}; set it, or remove the judge from the judges file")
+
+
 def _execute(job, instance, run_config: dict, partition_key: str | None = None) -> str | None:
     """Run one job in-process; the first step failure's message, or None on success."""
-    result = job.execute_in_process(partition_key=partition_key, instance=instance,
-                                    run_config=run_config, raise_on_error=False,
-                                    tags={"eval_pipeline/source": "cli"})
+    import dagster as dg
+
+    try:
+        result = job.execute_in_process(partition_key=partition_key, instance=instance,
+                                        run_config=run_config, raise_on_error=False,
+                                        tags={"eval_pipeline/source": "cli"})
+    except dg.DagsterInvalidConfigError as exc:  # e.g. a resource's EnvVar is not set
+        return f"invalid configuration: {' '.join(str(exc).split())[:500]}"
     return None if result.success else _first_failure(result)
 
 
@@ -182,6 +202,7 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
 
     from eval_pipeline.partitions import BATCHES_PARTITION
 
+    check_judge_keys(judges)
     inputs = collect_inputs(input_path, exclude=output)
     output.mkdir(parents=True, exist_ok=True)
     batches_dir, assets_dir = output / "batches", output / "assets"

@@ -209,3 +209,17 @@ def test_cli_output_inside_the_input_folder_is_not_read_back(project_root, tmp_p
         assert main(["run", str(data), "--output", str(data / "results")]) == 0
     raw = pd.read_parquet(data / "results" / "raw_trajectories.parquet")
     assert set(raw["source_file"]) == {"runs.jsonl"}
+
+
+def test_cli_names_a_missing_key_variable_before_doing_any_work(project_root, tmp_path,
+                                                                 capsys, monkeypatch):
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    judges = tmp_path / "judges.yaml"
+    judges.write_text("judges:\n  - name: gpt\n    provider: openai\n    model: gpt-4.1-mini\n"
+                      "    api_key_env: NO_SUCH_KEY_VAR\n", "utf-8")
+    out = tmp_path / "out"
+    assert main(["run", str(project_root / "data"), "--output", str(out),
+                 "--judges", str(judges)]) == 1
+    err = capsys.readouterr().err
+    assert "NO_SUCH_KEY_VAR" in err and "Traceback" not in err
+    assert not out.exists()
