@@ -12,10 +12,10 @@ from pathlib import Path
 
 from eval_pipeline import ingest
 from eval_pipeline.ingest import ReadOptions
+from eval_pipeline.judges.base import ClipTask
 from eval_pipeline.judges.cache import JudgeCache, default_cache_path
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.estimate import DryRunEstimate, estimate_cost
-from eval_pipeline.judges.runner import ClipTask
 from eval_pipeline.preprocess import PreprocessConfig
 
 

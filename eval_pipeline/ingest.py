@@ -20,8 +20,7 @@ from eval_pipeline.formats import parse_file
 from eval_pipeline.formats.dataeva_cleaned import FORMAT_NAME as DATAEVA_CLEANED_FORMAT
 from eval_pipeline.formats.xml_tags import FORMAT_NAME as XML_FORMAT
 from eval_pipeline.formats.xml_tags import parse_xml_response
-from eval_pipeline.judges.base import ClipView
-from eval_pipeline.judges.runner import ClipTask
+from eval_pipeline.judges.base import ClipTask, ClipView
 from eval_pipeline.models import QuarantinedRecord, Step, Trajectory, steps_from_json
 from eval_pipeline.preprocess import PreprocessConfig, PreprocessStats, preprocess_one, summarize
 from eval_pipeline.splitting import BatchManifest, drop_fingerprint

@@ -13,7 +13,8 @@ from pydantic import BaseModel, Field
 
 from eval_pipeline.rubrics import EVAL_KIND_CLIP
 
-__all__ = ["EVAL_KIND_CLIP", "ClipView", "Judge", "JudgeError", "JudgeReply", "JudgeRequest"]
+__all__ = ["EVAL_KIND_CLIP", "ClipTask", "ClipView", "Judge", "JudgeError", "JudgeReply",
+           "JudgeRequest"]
 
 
 class ClipView(BaseModel):
@@ -30,6 +31,16 @@ class ClipView(BaseModel):
     earlier_calls: list[str] = Field(
         default_factory=list, description="tool_name + input of earlier calls in the trajectory"
     )
+
+
+class ClipTask(BaseModel):
+    """One clip to judge, as read from the ``clips`` table."""
+
+    trajectory_id: str
+    clip_index: int
+    tool_type: str
+    task_description: str
+    clip: ClipView
 
 
 class JudgeRequest(BaseModel):

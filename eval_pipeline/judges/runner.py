@@ -18,18 +18,14 @@ keeps every finished call and a rerun resumes where this one stopped.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from eval_pipeline.judges._common import estimate_tokens
-from eval_pipeline.judges.base import ClipView, Judge, JudgeError, JudgeReply, JudgeRequest
+from eval_pipeline.judges.base import ClipTask, Judge, JudgeError, JudgeReply, JudgeRequest
 from eval_pipeline.judges.breaker import CircuitBreaker
 from eval_pipeline.judges.budget import BudgetGuard
 from eval_pipeline.judges.cache import JudgeCache, cache_key
@@ -42,25 +38,16 @@ from eval_pipeline.judges.errors import (
 )
 from eval_pipeline.judges.limits import CallLimiter
 from eval_pipeline.judges.pricing import Price, price_for
-from eval_pipeline.judges.retry import RetryPolicy, with_retries
-from eval_pipeline.models import FINAL_TOOL_TYPE
-from eval_pipeline.rubrics import (
-    ALL_EVALUATIONS,
-    EVAL_KIND_CLIP,
-    EVAL_QUERY_TO_THOUGHT,
-    EVAL_SEQUENCE_OPTIMALITY,
-    EVAL_THOUGHT_TO_TOOL,
-    REACT_EVALUATIONS,
-    TRAJECTORY_CLIP_INDEX,
-    TRAJECTORY_TOOL_TYPE,
-    render_clip_prompt,
-    render_query_to_thought_prompt,
-    render_sequence_prompt,
-    render_thought_to_tool_prompt,
-    rubric_for,
-    templates_version,
-    tool_definitions,
+from eval_pipeline.judges.reply import InvalidReply, validate_reply
+from eval_pipeline.judges.requests import (
+    build_react_requests,
+    build_request,
+    prompt_hash,
+    repair_request,
 )
+from eval_pipeline.judges.retry import RetryPolicy, with_retries
+from eval_pipeline.judges.rows import JudgmentRow, RunSummary, summarize_rows
+from eval_pipeline.rubrics import ALL_EVALUATIONS, EVAL_KIND_CLIP
 
 __all__ = [
     "CircuitOpenError",
@@ -76,197 +63,6 @@ __all__ = [
     "summarize_rows",
     "validate_reply",
 ]
-
-
-class ClipTask(BaseModel):
-    """One clip to judge, as read from the ``clips`` table."""
-
-    trajectory_id: str
-    clip_index: int
-    tool_type: str
-    task_description: str
-    clip: ClipView
-
-
-class JudgmentRow(BaseModel):
-    """The row contract of every ``judgments__<judge>`` asset."""
-
-    trajectory_id: str
-    clip_index: int
-    evaluation_kind: str
-    tool_type: str
-    judge: str
-    provider: str
-    model: str
-    status: str = Field(description="ok | failed | skipped")
-    success: bool
-    scores: str = Field(description="JSON object metric -> score in [0, 1]; '{}' unless ok")
-    label: str | None = None
-    summary: str = ""
-    reasoning: str = ""
-    raw_response: str = ""
-    error: str | None = None
-    previous_context: str = ""
-    prompt_hash: str
-    template_version: str
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost_usd: float = Field(default=0.0, description="Spent by this run; 0 for a cache hit")
-    latency_s: float = 0.0
-    cached: bool = False
-    attempts: int = Field(default=0, description="Provider requests made, retries included")
-    repaired: bool = Field(default=False, description="Valid only after the repair attempt")
-
-
-class InvalidReply(ValueError):
-    def __init__(self, message: str, raw_response: str = ""):
-        super().__init__(message)
-        self.raw_response = raw_response
-
-
-def validate_reply(reply: JudgeReply, metrics: Sequence[str],
-                   labels: Sequence[str] = ()) -> dict[str, float]:
-    """Scores must be exactly the rubric's metrics, each a finite number in [0, 1].
-
-    With ``labels`` (a ReAct kind) the label must be one of them and the single score must
-    agree with it (1.0 for the positive label, 0.0 for the negative): a reply whose score
-    contradicts its own label is not used, it goes back for repair.
-    """
-    missing = [m for m in metrics if m not in reply.scores]
-    if missing:
-        raise InvalidReply(f"missing metrics: {missing}", reply.raw_response)
-    extra = sorted(set(reply.scores) - set(metrics))
-    if extra:
-        raise InvalidReply(f"unexpected metrics: {extra}", reply.raw_response)
-    scores: dict[str, float] = {}
-    for metric in metrics:
-        value = reply.scores[metric]
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise InvalidReply(f"score {metric!r} is not a number: {value!r}", reply.raw_response)
-        value = float(value)
-        if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-            raise InvalidReply(f"score {metric!r} out of range [0, 1]: {value!r}",
-                               reply.raw_response)
-        scores[metric] = value
-    if labels:
-        if reply.label not in labels:
-            raise InvalidReply(f"label must be one of {list(labels)}, got {reply.label!r}",
-                               reply.raw_response)
-        expected = 1.0 if reply.label == labels[0] else 0.0
-        for metric, value in scores.items():
-            if value != expected:
-                raise InvalidReply(
-                    f"score {metric!r} = {value} contradicts label {reply.label!r} "
-                    f"(expected {expected})", reply.raw_response)
-    return scores
-
-
-def build_request(task: ClipTask, previous_context: str) -> JudgeRequest:
-    system, user = render_clip_prompt(
-        tool_type=task.tool_type,
-        task_description=task.task_description,
-        previous_context=previous_context,
-        clip_content=task.clip.content,
-    )
-    return JudgeRequest(
-        trajectory_id=task.trajectory_id,
-        clip_index=task.clip_index,
-        tool_type=task.tool_type,
-        metrics=rubric_for(task.tool_type).metric_names,
-        task_description=task.task_description,
-        previous_context=previous_context,
-        clip=task.clip,
-        system_prompt=system,
-        user_prompt=user,
-        template_version=templates_version(),
-    )
-
-
-def _is_tool_clip(task: ClipTask) -> bool:
-    return task.tool_type != FINAL_TOOL_TYPE
-
-
-def _react_request(task: ClipTask, kind: str, system: str, user: str) -> JudgeRequest:
-    spec = REACT_EVALUATIONS[kind]
-    return JudgeRequest(
-        trajectory_id=task.trajectory_id, clip_index=task.clip_index, evaluation_kind=kind,
-        tool_type=task.tool_type, metrics=[spec.metric], labels=spec.labels,
-        task_description=task.task_description, previous_context="", clip=task.clip,
-        system_prompt=system, user_prompt=user, template_version=templates_version(),
-    )
-
-
-def build_react_requests(tasks: Sequence[ClipTask], evaluations: Sequence[str] = ALL_EVALUATIONS
-                         ) -> list[JudgeRequest]:
-    """The ReAct requests for ONE trajectory's clips, in a stable order.
-
-    - thought_to_tool: one per tool clip (the final clip has no call, so it is skipped);
-    - query_to_thought: one per tool clip that states a thought (a clip without a thought
-      has nothing to align with the query, so it gets no row rather than a made-up label);
-    - sequence_optimality: one per trajectory (clip_index -1, tool_type "trajectory"),
-      over the ordered (thought, tool, input, short result) of all its tool clips.
-    """
-    if not tasks:
-        return []
-    ordered = sorted(tasks, key=lambda t: t.clip_index)
-    tool_clips = [t for t in ordered if _is_tool_clip(t)]
-    kinds = set(evaluations)
-    tools_text = tool_definitions([(t.clip.tool_name or t.tool_type, t.tool_type)
-                                   for t in tool_clips])
-    requests: list[JudgeRequest] = []
-    for task in tool_clips:
-        clip = task.clip
-        if EVAL_THOUGHT_TO_TOOL in kinds:
-            system, user = render_thought_to_tool_prompt(
-                original_question=task.task_description, thought=clip.thought.strip(),
-                tool_call=clip.tool_name or task.tool_type, action_input=clip.action_input,
-                tool_definitions=tools_text)
-            requests.append(_react_request(task, EVAL_THOUGHT_TO_TOOL, system, user))
-        if EVAL_QUERY_TO_THOUGHT in kinds and clip.thought.strip():
-            system, user = render_query_to_thought_prompt(
-                original_question=task.task_description, thought=clip.thought.strip())
-            requests.append(_react_request(task, EVAL_QUERY_TO_THOUGHT, system, user))
-    if EVAL_SEQUENCE_OPTIMALITY in kinds:
-        first = ordered[0]
-        system, user = render_sequence_prompt(
-            original_question=first.task_description,
-            steps=[(t.clip.thought.strip(), t.clip.tool_name or t.tool_type,
-                    t.clip.action_input, t.clip.result) for t in tool_clips])
-        closing = ordered[-1] if not _is_tool_clip(ordered[-1]) else None
-        spec = REACT_EVALUATIONS[EVAL_SEQUENCE_OPTIMALITY]
-        requests.append(JudgeRequest(
-            trajectory_id=first.trajectory_id, clip_index=TRAJECTORY_CLIP_INDEX,
-            evaluation_kind=EVAL_SEQUENCE_OPTIMALITY, tool_type=TRAJECTORY_TOOL_TYPE,
-            metrics=[spec.metric], labels=spec.labels,
-            task_description=first.task_description, previous_context="",
-            # The closing clip (answer or not) stands for the trajectory's end.
-            clip=closing.clip if closing else ClipView(content=""),
-            sequence=[t.clip for t in tool_clips],
-            system_prompt=system, user_prompt=user, template_version=templates_version(),
-        ))
-    return requests
-
-
-def repair_request(request: JudgeRequest, error: str, raw_response: str,
-                   secrets: Sequence[str | None] = ()) -> JudgeRequest:
-    """The same question again, with the rejected answer and why it was rejected."""
-    label = (f", a \"label\" that is exactly one of {request.labels} (its score 1.0 for "
-             f"\"{request.labels[0]}\", else 0.0)," if request.labels else "")
-    note = (
-        "\n\nYour previous reply could not be used: "
-        f"{redact(error, secrets)}\n\nYour previous reply was:\n"
-        f"{redact(raw_response[:4000], secrets)}\n\n"
-        "Reply again with only the corrected JSON object: exactly the criteria listed "
-        f"above under \"scores\", each a number from 0.0 to 1.0{label} plus \"summary\" "
-        "and \"reasoning\" strings."
-    )
-    return request.model_copy(update={"user_prompt": request.user_prompt + note})
-
-
-def prompt_hash(request: JudgeRequest) -> str:
-    return hashlib.sha256(
-        (request.system_prompt + "\x00" + request.user_prompt).encode("utf-8")
-    ).hexdigest()[:16]
 
 
 @dataclass
@@ -508,33 +304,3 @@ async def run_judge(judge: Judge, tasks: Sequence[ClipTask], concurrency: int = 
             f"stopped calling the provider: {runtime.breaker.reason}. {done} of {expected} "
             f"{unit} finished and are cached; rerun to resume from there.", secrets), rows)
     return rows
-
-
-class RunSummary(BaseModel):
-    """Totals for asset metadata and the CLI summary."""
-
-    rows: int = 0
-    ok: int = 0
-    failed: int = 0
-    skipped: int = 0
-    cached: int = 0
-    repaired: int = 0
-    calls: int = Field(default=0, description="Provider requests made, retries included")
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost_usd: float = 0.0
-
-
-def summarize_rows(rows: Sequence[JudgmentRow]) -> RunSummary:
-    return RunSummary(
-        rows=len(rows),
-        ok=sum(r.status == "ok" for r in rows),
-        failed=sum(r.status == "failed" for r in rows),
-        skipped=sum(r.status == "skipped" for r in rows),
-        cached=sum(r.cached for r in rows),
-        repaired=sum(r.repaired for r in rows),
-        calls=sum(r.attempts for r in rows),
-        tokens_in=sum(r.tokens_in for r in rows if not r.cached),
-        tokens_out=sum(r.tokens_out for r in rows if not r.cached),
-        cost_usd=round(sum(r.cost_usd for r in rows), 8),
-    )

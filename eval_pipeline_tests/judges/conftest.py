@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from eval_pipeline.judges.base import ClipView
-from eval_pipeline.judges.runner import ClipTask
+from eval_pipeline.judges.base import ClipTask, ClipView
 from eval_pipeline_tests.judges.fake_servers import FakeLLMServer
 
 SECRET = "sk-test-SECRET-5f1b2c3d4e5f6a7b8c9d"

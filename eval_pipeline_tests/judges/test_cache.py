@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from eval_pipeline.judges import runner
+from eval_pipeline.judges import requests
 from eval_pipeline.judges.cache import JudgeCache
 from eval_pipeline.judges.runner import summarize_rows
 from eval_pipeline_tests.judges import fake_servers as fs
@@ -67,7 +67,7 @@ def test_parameter_and_template_changes_invalidate(openai_server, tasks, cache, 
     run(openai_config(openai_server, temperature=0.7), tasks, cache=cache)
     assert openai_server.calls == 2 * len(tasks)
 
-    monkeypatch.setattr(runner, "templates_version", lambda: "edited-template")
+    monkeypatch.setattr(requests, "templates_version", lambda: "edited-template")
     rows = run(openai_config(openai_server), tasks, cache=cache)
     assert openai_server.calls == 3 * len(tasks)
     assert {r.template_version for r in rows} == {"edited-template"}

@@ -1,0 +1,137 @@
+"""What a judge is asked: the rendered clip-rubric and ReAct requests, and the repair
+request that sends a rejected answer back with the reason."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from eval_pipeline.judges.base import ClipTask, ClipView, JudgeRequest
+from eval_pipeline.judges.errors import redact
+from eval_pipeline.models import FINAL_TOOL_TYPE
+from eval_pipeline.rubrics import (
+    ALL_EVALUATIONS,
+    EVAL_QUERY_TO_THOUGHT,
+    EVAL_SEQUENCE_OPTIMALITY,
+    EVAL_THOUGHT_TO_TOOL,
+    REACT_EVALUATIONS,
+    TRAJECTORY_CLIP_INDEX,
+    TRAJECTORY_TOOL_TYPE,
+    render_clip_prompt,
+    render_query_to_thought_prompt,
+    render_sequence_prompt,
+    render_thought_to_tool_prompt,
+    rubric_for,
+    templates_version,
+    tool_definitions,
+)
+
+__all__ = ["build_react_requests", "build_request", "prompt_hash", "repair_request"]
+
+
+def build_request(task: ClipTask, previous_context: str) -> JudgeRequest:
+    system, user = render_clip_prompt(
+        tool_type=task.tool_type,
+        task_description=task.task_description,
+        previous_context=previous_context,
+        clip_content=task.clip.content,
+    )
+    return JudgeRequest(
+        trajectory_id=task.trajectory_id,
+        clip_index=task.clip_index,
+        tool_type=task.tool_type,
+        metrics=rubric_for(task.tool_type).metric_names,
+        task_description=task.task_description,
+        previous_context=previous_context,
+        clip=task.clip,
+        system_prompt=system,
+        user_prompt=user,
+        template_version=templates_version(),
+    )
+
+
+def _is_tool_clip(task: ClipTask) -> bool:
+    return task.tool_type != FINAL_TOOL_TYPE
+
+
+def _react_request(task: ClipTask, kind: str, system: str, user: str) -> JudgeRequest:
+    spec = REACT_EVALUATIONS[kind]
+    return JudgeRequest(
+        trajectory_id=task.trajectory_id, clip_index=task.clip_index, evaluation_kind=kind,
+        tool_type=task.tool_type, metrics=[spec.metric], labels=spec.labels,
+        task_description=task.task_description, previous_context="", clip=task.clip,
+        system_prompt=system, user_prompt=user, template_version=templates_version(),
+    )
+
+
+def build_react_requests(tasks: Sequence[ClipTask], evaluations: Sequence[str] = ALL_EVALUATIONS
+                         ) -> list[JudgeRequest]:
+    """The ReAct requests for ONE trajectory's clips, in a stable order.
+
+    - thought_to_tool: one per tool clip (the final clip has no call, so it is skipped);
+    - query_to_thought: one per tool clip that states a thought (a clip without a thought
+      has nothing to align with the query, so it gets no row rather than a made-up label);
+    - sequence_optimality: one per trajectory (clip_index -1, tool_type "trajectory"),
+      over the ordered (thought, tool, input, short result) of all its tool clips.
+    """
+    if not tasks:
+        return []
+    ordered = sorted(tasks, key=lambda t: t.clip_index)
+    tool_clips = [t for t in ordered if _is_tool_clip(t)]
+    kinds = set(evaluations)
+    tools_text = tool_definitions([(t.clip.tool_name or t.tool_type, t.tool_type)
+                                   for t in tool_clips])
+    requests: list[JudgeRequest] = []
+    for task in tool_clips:
+        clip = task.clip
+        if EVAL_THOUGHT_TO_TOOL in kinds:
+            system, user = render_thought_to_tool_prompt(
+                original_question=task.task_description, thought=clip.thought.strip(),
+                tool_call=clip.tool_name or task.tool_type, action_input=clip.action_input,
+                tool_definitions=tools_text)
+            requests.append(_react_request(task, EVAL_THOUGHT_TO_TOOL, system, user))
+        if EVAL_QUERY_TO_THOUGHT in kinds and clip.thought.strip():
+            system, user = render_query_to_thought_prompt(
+                original_question=task.task_description, thought=clip.thought.strip())
+            requests.append(_react_request(task, EVAL_QUERY_TO_THOUGHT, system, user))
+    if EVAL_SEQUENCE_OPTIMALITY in kinds:
+        first = ordered[0]
+        system, user = render_sequence_prompt(
+            original_question=first.task_description,
+            steps=[(t.clip.thought.strip(), t.clip.tool_name or t.tool_type,
+                    t.clip.action_input, t.clip.result) for t in tool_clips])
+        closing = ordered[-1] if not _is_tool_clip(ordered[-1]) else None
+        spec = REACT_EVALUATIONS[EVAL_SEQUENCE_OPTIMALITY]
+        requests.append(JudgeRequest(
+            trajectory_id=first.trajectory_id, clip_index=TRAJECTORY_CLIP_INDEX,
+            evaluation_kind=EVAL_SEQUENCE_OPTIMALITY, tool_type=TRAJECTORY_TOOL_TYPE,
+            metrics=[spec.metric], labels=spec.labels,
+            task_description=first.task_description, previous_context="",
+            # The closing clip (answer or not) stands for the trajectory's end.
+            clip=closing.clip if closing else ClipView(content=""),
+            sequence=[t.clip for t in tool_clips],
+            system_prompt=system, user_prompt=user, template_version=templates_version(),
+        ))
+    return requests
+
+
+def repair_request(request: JudgeRequest, error: str, raw_response: str,
+                   secrets: Sequence[str | None] = ()) -> JudgeRequest:
+    """The same question again, with the rejected answer and why it was rejected."""
+    label = (f", a \"label\" that is exactly one of {request.labels} (its score 1.0 for "
+             f"\"{request.labels[0]}\", else 0.0)," if request.labels else "")
+    note = (
+        "\n\nYour previous reply could not be used: "
+        f"{redact(error, secrets)}\n\nYour previous reply was:\n"
+        f"{redact(raw_response[:4000], secrets)}\n\n"
+        "Reply again with only the corrected JSON object: exactly the criteria listed "
+        f"above under \"scores\", each a number from 0.0 to 1.0{label} plus \"summary\" "
+        "and \"reasoning\" strings."
+    )
+    return request.model_copy(update={"user_prompt": request.user_prompt + note})
+
+
+def prompt_hash(request: JudgeRequest) -> str:
+    return hashlib.sha256(
+        (request.system_prompt + "\x00" + request.user_prompt).encode("utf-8")
+    ).hexdigest()[:16]

@@ -1,0 +1,69 @@
+"""The row contract of every judgments table, and the totals drawn from it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+__all__ = ["JudgmentRow", "RunSummary", "summarize_rows"]
+
+
+class JudgmentRow(BaseModel):
+    """The row contract of every ``judgments__<judge>`` asset."""
+
+    trajectory_id: str
+    clip_index: int
+    evaluation_kind: str
+    tool_type: str
+    judge: str
+    provider: str
+    model: str
+    status: str = Field(description="ok | failed | skipped")
+    success: bool
+    scores: str = Field(description="JSON object metric -> score in [0, 1]; '{}' unless ok")
+    label: str | None = None
+    summary: str = ""
+    reasoning: str = ""
+    raw_response: str = ""
+    error: str | None = None
+    previous_context: str = ""
+    prompt_hash: str
+    template_version: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = Field(default=0.0, description="Spent by this run; 0 for a cache hit")
+    latency_s: float = 0.0
+    cached: bool = False
+    attempts: int = Field(default=0, description="Provider requests made, retries included")
+    repaired: bool = Field(default=False, description="Valid only after the repair attempt")
+
+
+class RunSummary(BaseModel):
+    """Totals for asset metadata and the CLI summary."""
+
+    rows: int = 0
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0
+    cached: int = 0
+    repaired: int = 0
+    calls: int = Field(default=0, description="Provider requests made, retries included")
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+
+
+def summarize_rows(rows: Sequence[JudgmentRow]) -> RunSummary:
+    return RunSummary(
+        rows=len(rows),
+        ok=sum(r.status == "ok" for r in rows),
+        failed=sum(r.status == "failed" for r in rows),
+        skipped=sum(r.status == "skipped" for r in rows),
+        cached=sum(r.cached for r in rows),
+        repaired=sum(r.repaired for r in rows),
+        calls=sum(r.attempts for r in rows),
+        tokens_in=sum(r.tokens_in for r in rows if not r.cached),
+        tokens_out=sum(r.tokens_out for r in rows if not r.cached),
+        cost_usd=round(sum(r.cost_usd for r in rows), 8),
+    )
