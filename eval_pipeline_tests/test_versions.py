@@ -6,15 +6,15 @@ from eval_pipeline.versions import source_version
 
 
 def test_version_follows_the_source_it_names(tmp_path, monkeypatch):
-    import eval_pipeline.versions as versions
-
     module = tmp_path / "fake_mod.py"
     module.write_text("X = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     first = source_version("fake_mod")
     module.write_text("X = 2\n")
     assert source_version("fake_mod") != first
-    assert versions.source_version("eval_pipeline.clips") == source_version("eval_pipeline.clips")
+    module.write_text("X = 1\n")
+    assert source_version("fake_mod") == first, "the same source must give the same version"
+    assert source_version("eval_pipeline.clips") != source_version("eval_pipeline.preprocess")
 
 
 def test_every_asset_has_a_code_version_and_tables_differ_by_what_shapes_them():

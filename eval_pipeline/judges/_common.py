@@ -1,4 +1,4 @@
-"""What both SDK adapters share: retry-after parsing, token estimates, repr hygiene."""
+"""What both SDK adapters share: Retry-After parsing and tokenizer-free token estimates."""
 
 from __future__ import annotations
 
