@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from eval_pipeline.rubrics import ALL_EVALUATIONS
 
 Provider = Literal["heuristic", "openai", "openai_compatible", "anthropic"]
+OutputMode = Literal["json_schema", "json_object", "tool", "text"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -33,6 +34,20 @@ class JudgeConfig(BaseModel):
     preset: str | None = Field(
         default=None, description="openai_compatible preset: deepseek, kimi, gemini, vllm ..."
     )
+    output_mode: OutputMode | None = Field(
+        default=None,
+        description="Force the reply mode: json_schema, json_object, tool (a forced tool or "
+        "function call) or text (plain text: JSON or the seed's 'LABEL: x' form). None: the "
+        "preset's mode, with a fallback when the server refuses it (see docs/judges.md).",
+    )
+    schema_bounds: bool | None = Field(
+        default=None,
+        description="Send the score bounds (minimum/maximum) in the wire schema; None: the "
+        "preset's setting. Turn off for a host that refuses the keywords.",
+    )
+    project: str | None = Field(default=None, description="Vertex AI: the Google Cloud project")
+    location: str | None = Field(
+        default=None, description="Vertex AI: the region (e.g. us-central1) or global")
     temperature: float = 0.1
     max_tokens: int = 2000
     timeout_s: float = 60.0
@@ -50,6 +65,13 @@ class JudgeConfig(BaseModel):
         description="Evaluation kinds this judge produces: clip_rubric, thought_to_tool, "
         "query_to_thought, sequence_optimality (default: all four).",
     )
+
+    def key_env(self) -> str | None:
+        """The variable that holds this judge's key: ``api_key_env``, or the preset's usual
+        one (OPENAI_API_KEY, ...) when the entry leaves it out; None for keyless judges."""
+        from eval_pipeline.judges.presets import key_env
+
+        return key_env(self)
 
     @field_validator("evaluations")
     @classmethod
