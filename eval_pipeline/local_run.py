@@ -154,8 +154,9 @@ def check_judge_keys(judges: Sequence[JudgeConfig]) -> None:
     for judge in judges:
         if judge.provider == "heuristic" or not resolve_endpoint(judge).requires_key:
             continue
-        if not judge.api_key_env or not os.environ.get(judge.api_key_env):
-            variable = judge.api_key_env or "<api_key_env in the judges file>"
+        key_env = judge.key_env()  # api_key_env, or the preset's usual variable
+        if not key_env or not os.environ.get(key_env):
+            variable = key_env or "<api_key_env in the judges file>"
             raise PipelineInputError(
                 f"judge {judge.name!r} needs its API key in the environment variable "
                 f"{variable}; set it, or remove the judge from the judges file")

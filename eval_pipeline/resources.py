@@ -34,6 +34,10 @@ class LLMJudgeResource(dg.ConfigurableResource):
     base_url: str | None = None
     api_key_env: str | None = Field(default=None, description="Name of the key's variable")
     preset: str | None = None
+    output_mode: str | None = None
+    schema_bounds: bool | None = None
+    project: str | None = None
+    location: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
     timeout_s: float | None = None
@@ -88,7 +92,8 @@ class LLMJudgeResource(dg.ConfigurableResource):
 def judge_resource(config: JudgeConfig, **settings: object) -> LLMJudgeResource:
     values = config.model_dump(exclude_unset=True)
     values["name"] = config.name
-    api_key = dg.EnvVar(config.api_key_env) if config.api_key_env else None
+    key_env = config.key_env()  # api_key_env, or the preset's usual variable
+    api_key = dg.EnvVar(key_env) if key_env else None
     return LLMJudgeResource(**values, api_key=api_key, **settings)  # type: ignore[arg-type]
 
 

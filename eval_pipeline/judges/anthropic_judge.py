@@ -1,8 +1,14 @@
-"""Anthropic judges through the Messages API, structured by a forced tool call.
+"""Anthropic judges through the Messages API: a forced tool call, or plain text.
 
-The rubric's schema becomes the ``input_schema`` of a single tool and ``tool_choice``
-forces the model to call it, so the answer arrives as parsed JSON in a ``tool_use``
-block; it is validated against the same pydantic model as every other provider.
+In ``tool`` mode (the default) the reply schema is the ``input_schema`` of a single tool and
+``tool_choice`` forces the model to call it, so the answer arrives as parsed JSON in a
+``tool_use`` block. Anthropic-compatible servers without tool calling (llama.cpp with a
+model whose chat template has none) answer a forced tool use with text and
+``stop_reason: end_turn``. The first time that happens the judge reads the JSON or the
+seed's ``LABEL:`` form from the text, or, when the text is unreadable, asks the same
+question once more without tools; either way it switches to ``text`` mode (no tools, the
+schema stated in the prompt) for the rest of the run and says so in ``reply_mode_note``.
+A mode set in the judges file (``output_mode``) is kept as it is.
 
 The installed SDK (2.x) no longer exposes ``temperature`` on ``messages.create``, so the
 configured temperature is not sent. SDK retries are off for the reason given in
@@ -16,17 +22,15 @@ from typing import Any
 
 import anthropic
 from anthropic import AsyncAnthropic
+from anthropic.types import Message
 
 from eval_pipeline.judges.base import JudgeReply, JudgeRequest
 from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline.judges.errors import (
-    InvalidOutput,
-)
-from eval_pipeline.judges.schema import SCHEMA_NAME, validate_reply_data, wire_schema
+from eval_pipeline.judges.errors import InvalidOutput
+from eval_pipeline.judges.schema import SCHEMA_NAME
 from eval_pipeline.judges.sdk_judge import SdkJudge
 
-_TOOL_DESCRIPTION = "Record the evaluation of the clip: one score per criterion, a summary, "\
-    "and the reasoning (and the label, when the schema asks for one)."
+_TOOL_DESCRIPTION = "Record the evaluation (the fields of the requested JSON answer)."
 
 
 class AnthropicJudge(SdkJudge):
@@ -41,47 +45,67 @@ class AnthropicJudge(SdkJudge):
         self._client = AsyncAnthropic(api_key=api_key, base_url=self.endpoint.base_url,
                                       timeout=config.timeout_s, max_retries=0)
 
-    async def score(self, request: JudgeRequest) -> JudgeReply:
-        tool: dict[str, Any] = {
-            "name": SCHEMA_NAME,
-            "description": _TOOL_DESCRIPTION,
-            "input_schema": wire_schema(request.metrics, request.labels),
-            "strict": True,
-        }
+    async def _create(self, request: JudgeRequest, *, tools: bool) -> Message:
+        kwargs: dict[str, Any] = {}
+        user = request.user_prompt
+        if tools:
+            kwargs["tools"] = [{"name": SCHEMA_NAME, "description": _TOOL_DESCRIPTION,
+                                "input_schema": self._schema(request), "strict": True}]
+            kwargs["tool_choice"] = {"type": "tool", "name": SCHEMA_NAME,
+                                     "disable_parallel_tool_use": True}
+        else:
+            user = self._prompt_with_schema(request)
         try:
-            message = await self._client.messages.create(
-                model=self.model,
-                max_tokens=self.config.max_tokens,
+            return await self._client.messages.create(
+                model=self.model, max_tokens=self.config.max_tokens,
                 system=request.system_prompt,
-                messages=[{"role": "user", "content": request.user_prompt}],
-                tools=[tool],
-                tool_choice={"type": "tool", "name": SCHEMA_NAME,
-                             "disable_parallel_tool_use": True},
-            )
+                messages=[{"role": "user", "content": user}], **kwargs)
         except anthropic.APIError as exc:
             raise self._translate(exc) from None
-        tokens_in = message.usage.input_tokens if message.usage else 0
-        tokens_out = message.usage.output_tokens if message.usage else 0
+
+    def _read(self, request: JudgeRequest, message: Message) -> JudgeReply:
+        tokens = {"tokens_in": message.usage.input_tokens if message.usage else 0,
+                  "tokens_out": message.usage.output_tokens if message.usage else 0}
         calls = [b for b in message.content if getattr(b, "type", None) == "tool_use"
                  and getattr(b, "name", None) == SCHEMA_NAME]
-        texts = [getattr(b, "text", "") for b in message.content
-                 if getattr(b, "type", None) == "text"]
-        if not calls:
-            raise InvalidOutput(f"no {SCHEMA_NAME} tool call in the response "
-                                f"(stop_reason={message.stop_reason})",
-                                raw_response="\n".join(texts), tokens_in=tokens_in,
-                                tokens_out=tokens_out)
-        data = calls[0].input
-        raw = json.dumps(data, ensure_ascii=False)
+        text = "\n".join(getattr(b, "text", "") for b in message.content
+                         if getattr(b, "type", None) == "text")
+        raw = json.dumps(calls[0].input, ensure_ascii=False) if calls else text
         if message.stop_reason == "max_tokens":
             raise InvalidOutput(f"response cut off at max_tokens={self.config.max_tokens}",
-                                raw_response=raw, tokens_in=tokens_in, tokens_out=tokens_out)
-        try:
-            validate_reply_data(data, request.metrics, raw_response=raw, labels=request.labels)
-        except InvalidOutput as exc:
-            exc.tokens_in, exc.tokens_out = tokens_in, tokens_out
-            raise
-        return JudgeReply(scores=data["scores"], summary=data["summary"],  # type: ignore[arg-type]
-                          reasoning=data["reasoning"], label=data.get("label"),  # type: ignore[arg-type]
-                          raw_response=raw,
-                          tokens_in=tokens_in, tokens_out=tokens_out)
+                                raw_response=raw, **tokens)
+        if calls:
+            return self._reply(request, data=calls[0].input, raw=raw, **tokens)
+        if self.reply_mode == "tool" and self.endpoint.output_mode_forced:
+            raise InvalidOutput(f"no {SCHEMA_NAME} tool call in the response "
+                                f"(stop_reason={message.stop_reason})", raw_response=raw,
+                                **tokens)
+        return self._reply(request, text=text, **tokens)
+
+    async def score(self, request: JudgeRequest) -> JudgeReply:
+        async with self._gate.turn():
+            tools = self.reply_mode == "tool"
+            message = await self._create(request, tools=tools)
+            has_call = any(getattr(b, "type", None) == "tool_use" for b in message.content)
+            if not tools or has_call or self.endpoint.output_mode_forced:
+                self._gate.settled = True
+                return self._read(request, message)
+            # A forced tool use came back as text: this server has no tool calling.
+            reason = (f"a forced tool use came back as text "
+                      f"(stop_reason={message.stop_reason})")
+            try:
+                reply = self._read(request, message)
+            except InvalidOutput as unreadable:
+                self._fall_back("text", reason + "; asked again without tools")
+                again = await self._create(request, tools=False)
+                try:
+                    reply = self._read(request, again)
+                except InvalidOutput as exc:  # both answers were billed
+                    exc.tokens_in += unreadable.tokens_in
+                    exc.tokens_out += unreadable.tokens_out
+                    raise
+                return reply.model_copy(update={
+                    "tokens_in": reply.tokens_in + unreadable.tokens_in,
+                    "tokens_out": reply.tokens_out + unreadable.tokens_out})
+            self._fall_back("text", reason + "; read the answer from the text")
+            return reply

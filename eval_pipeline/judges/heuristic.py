@@ -388,6 +388,8 @@ class HeuristicJudge:
     """Scores from signals; ``provider`` and ``model`` say heuristic, never an LLM."""
 
     provider = "heuristic"
+    reply_mode = "heuristic"
+    reply_mode_note: str | None = None
 
     def __init__(self, config: JudgeConfig):
         self.name = config.name

@@ -1,8 +1,20 @@
-"""OpenAI and OpenAI-compatible judges (DeepSeek, Kimi, Gemini, vLLM, Ollama, llama.cpp).
+"""OpenAI and OpenAI-compatible judges (DeepSeek, Kimi, Gemini, Vertex AI, vLLM, Ollama,
+llama.cpp).
 
-Chat Completions is the one API every compatible server speaks. Structured output uses the
-strongest mode the endpoint supports (strict ``json_schema`` where it exists, JSON mode
-otherwise); the reply is parsed and validated against the rubric's schema either way.
+Chat Completions is the one API every compatible server speaks, but not every server
+speaks every structured-output mode, so the judge has four (``reply_mode``):
+
+- ``json_schema``: strict structured output, the schema enforced by the server;
+- ``json_object``: JSON mode, the schema stated in the prompt;
+- ``tool``: a forced function call whose parameters are the schema;
+- ``text``: no response format at all; the reply is read from the text (JSON in prose or
+  a fenced block, or the seed's ``LABEL: x`` form for ReAct kinds).
+
+A server that refuses ``json_schema`` (llama-cpp-python: HTTP 500 "Input should be 'text'
+or 'json_object'"; others: HTTP 400 naming response_format) makes the judge fall back to
+``json_object`` once for the rest of the run: the refused request is sent again in the new
+mode at once, so it neither fails a row nor counts toward the circuit breaker. A mode set
+in the judges file (``output_mode``) is kept as it is, and a refusal of it is fatal.
 
 The SDK's own retries are switched off (``max_retries=0``): the runner retries instead,
 because each retry must pass the rate limiter and the circuit breaker again, and its
@@ -15,15 +27,26 @@ from typing import Any
 
 import openai
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletion
 
 from eval_pipeline.judges.base import JudgeReply, JudgeRequest
 from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline.judges.errors import (
-    InvalidOutput,
-)
+from eval_pipeline.judges.errors import FatalProviderError, InvalidOutput, redact
 from eval_pipeline.judges.presets import sends_temperature
-from eval_pipeline.judges.schema import SCHEMA_NAME, parse_reply_text, wire_schema
+from eval_pipeline.judges.schema import SCHEMA_NAME
 from eval_pipeline.judges.sdk_judge import SdkJudge
+
+_TOOL_DESCRIPTION = "Record the evaluation (the fields of the requested JSON answer)."
+_REFUSAL_500 = "input should be 'text' or 'json_object'"
+
+
+def refuses_json_schema(exc: openai.APIStatusError) -> bool:
+    """Whether an error says the server does not do ``response_format: json_schema``."""
+    text = f"{exc.message} {exc.body}".lower()
+    if exc.status_code >= 500:
+        return _REFUSAL_500 in text
+    return exc.status_code in (400, 422) and ("response_format" in text
+                                              or "json_schema" in text)
 
 
 class OpenAIJudge(SdkJudge):
@@ -44,52 +67,75 @@ class OpenAIJudge(SdkJudge):
             default_headers=default_headers,
         )
 
-    def _response_format(self, metrics: list[str], labels: list[str]) -> dict[str, Any]:
-        if self.endpoint.output_mode == "json_schema":
-            return {
-                "type": "json_schema",
-                "json_schema": {"name": SCHEMA_NAME, "schema": wire_schema(metrics, labels),
-                                "strict": True},
-            }
-        return {"type": "json_object"}
-
-    async def score(self, request: JudgeRequest) -> JudgeReply:
+    def _kwargs(self, request: JudgeRequest, mode: str) -> dict[str, Any]:
+        enforced = mode in ("json_schema", "tool")
+        user = request.user_prompt if enforced else self._prompt_with_schema(request)
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": [
                 {"role": "system", "content": request.system_prompt},
-                {"role": "user", "content": request.user_prompt},
+                {"role": "user", "content": user},
             ],
-            "response_format": self._response_format(request.metrics, request.labels),
             self.endpoint.tokens_param: self.config.max_tokens,
         }
         if self._send_temperature:
             kwargs["temperature"] = self.config.temperature
+        if mode == "json_schema":
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": SCHEMA_NAME, "schema": self._schema(request),
+                                "strict": True},
+            }
+        elif mode == "json_object":
+            kwargs["response_format"] = {"type": "json_object"}
+        elif mode == "tool":
+            kwargs["tools"] = [{"type": "function", "function": {
+                "name": SCHEMA_NAME, "description": _TOOL_DESCRIPTION,
+                "parameters": self._schema(request), "strict": True}}]
+            kwargs["tool_choice"] = {"type": "function", "function": {"name": SCHEMA_NAME}}
+        return kwargs
+
+    async def _create(self, request: JudgeRequest) -> ChatCompletion:
+        mode = self.reply_mode
         try:
-            completion = await self._client.chat.completions.create(**kwargs)
+            return await self._client.chat.completions.create(**self._kwargs(request, mode))
+        except openai.APIStatusError as exc:
+            if mode != "json_schema" or not refuses_json_schema(exc):
+                raise self._translate(exc) from None
+            reason = redact(f"HTTP {exc.status_code}: {exc.message}"[:300], self.secrets)
+            if self.endpoint.output_mode_forced:
+                raise FatalProviderError(
+                    f"the server refused output_mode json_schema ({reason}); set "
+                    "output_mode: json_object or text for this judge") from None
+            self._fall_back("json_object", f"json_schema refused ({reason})")
         except openai.APIError as exc:
             raise self._translate(exc) from None
+        try:  # the same request again, in the mode the server accepts
+            return await self._client.chat.completions.create(
+                **self._kwargs(request, self.reply_mode))
+        except openai.APIError as exc:
+            raise self._translate(exc) from None
+
+    async def score(self, request: JudgeRequest) -> JudgeReply:
+        async with self._gate.turn():
+            completion = await self._create(request)
+            self._gate.settled = True
         usage = completion.usage
-        tokens_in = usage.prompt_tokens if usage else 0
-        tokens_out = usage.completion_tokens if usage else 0
+        tokens = {"tokens_in": usage.prompt_tokens if usage else 0,
+                  "tokens_out": usage.completion_tokens if usage else 0}
         if not completion.choices:
-            raise InvalidOutput("response has no choices", tokens_in=tokens_in,
-                                tokens_out=tokens_out)
+            raise InvalidOutput("response has no choices", **tokens)
         choice = completion.choices[0]
         content = choice.message.content or ""
+        calls = [c for c in choice.message.tool_calls or []
+                 if getattr(c, "function", None) is not None]
+        raw = calls[0].function.arguments if calls else content
         if getattr(choice.message, "refusal", None):
-            raise InvalidOutput(f"model refused: {choice.message.refusal}", raw_response=content,
-                                tokens_in=tokens_in, tokens_out=tokens_out)
+            raise InvalidOutput(f"model refused: {choice.message.refusal}", raw_response=raw,
+                                **tokens)
         if choice.finish_reason == "length":
-            raise InvalidOutput(
-                f"response cut off at max_tokens={self.config.max_tokens}",
-                raw_response=content, tokens_in=tokens_in, tokens_out=tokens_out)
-        try:
-            data = parse_reply_text(content, request.metrics, request.labels)
-        except InvalidOutput as exc:
-            exc.tokens_in, exc.tokens_out = tokens_in, tokens_out
-            raise
-        return JudgeReply(scores=data["scores"], summary=data["summary"],
-                          reasoning=data["reasoning"], label=data.get("label"),
-                          raw_response=content,
-                          tokens_in=tokens_in, tokens_out=tokens_out)
+            raise InvalidOutput(f"response cut off at max_tokens={self.config.max_tokens}",
+                                raw_response=raw, **tokens)
+        # A forced call's arguments are a JSON string; a server without tool calling puts
+        # the answer in the text instead, which is read the same way.
+        return self._reply(request, text=raw, **tokens)

@@ -1,8 +1,11 @@
-"""The structured-output contract a judge is asked for, built from the rubric's metrics.
+"""The reply contract on the wire, and reading a reply out of whatever a server sent back.
 
-One pydantic model per metric list does double duty: its JSON schema is what the providers'
-structured-output modes enforce on the wire, and the same model validates what comes back,
-so a reply that passes here has exactly the rubric's metrics, each a number in [0, 1].
+The wire schema is what structured-output modes enforce (``json_schema``, a forced tool
+call): the rubric's metrics as numbers in [0, 1] for a clip rubric, an explanation and a
+label for a ReAct kind (its score follows from the label, so the schema does not ask for
+one). Servers without structured output answer in text, so :func:`parse_reply_text` finds
+the JSON object in prose or a fenced block, or reads the seed's ``LABEL: correct`` form.
+Nothing here decides whether the reply is good enough: that is :mod:`.reply`'s one check.
 """
 
 from __future__ import annotations
@@ -10,115 +13,185 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
-
+from eval_pipeline.judges.base import JudgeReply
 from eval_pipeline.judges.errors import InvalidOutput
 
 SCHEMA_NAME = "clip_evaluation"
 
+_TEXT_FIELDS = {
+    "summary": "One sentence: what this clip did and the result",
+    "reasoning": "Why these scores",
+}
 
-@lru_cache(maxsize=64)
-def _reply_model(metrics: tuple[str, ...], labels: tuple[str, ...] = ()) -> type[BaseModel]:
-    score_fields: dict[str, Any] = {
-        m: (float, Field(ge=0.0, le=1.0, description=f"Score for {m}, from 0.0 to 1.0"))
-        for m in metrics
-    }
-    scores = create_model(  # type: ignore[call-overload]
-        "Scores", __config__=ConfigDict(extra="forbid", strict=True), **score_fields
-    )
-    fields: dict[str, Any] = {
-        "scores": (scores, Field(description="One score per rubric criterion")),
-    }
+
+def _score_schema(metric: str, bounds: bool, steps: int | None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "number",
+                              "description": f"Score for {metric}, from 0.0 to 1.0"}
+    if steps:
+        schema["enum"] = [round(i / steps, 6) for i in range(steps + 1)]
+    if bounds:
+        schema["minimum"], schema["maximum"] = 0.0, 1.0
+    return schema
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    # Strict modes want every property required and no others allowed.
+    return {"type": "object", "properties": properties, "required": list(properties),
+            "additionalProperties": False}
+
+
+@lru_cache(maxsize=128)
+def _wire_schema(metrics: tuple[str, ...], labels: tuple[str, ...], bounds: bool,
+                 steps: int | None) -> str:
     if labels:
-        # A ReAct kind: the label is part of the answer, restricted to the kind's two words.
-        fields["label"] = (Literal[labels],  # type: ignore[valid-type]
-                           Field(description=f"Exactly one of: {', '.join(labels)}"))
-    fields["summary"] = (str, Field(description="One sentence: what this clip did and the result"))
-    fields["reasoning"] = (str, Field(description="Why these scores"))
-    return create_model(  # type: ignore[call-overload]
-        "ClipEvaluation", __config__=ConfigDict(extra="forbid", strict=True), **fields,
-    )
+        # The seed's ReAct evaluations: an EXPLANATION first, then the LABEL.
+        schema = _object({
+            "explanation": {"type": "string",
+                            "description": "EXPLANATION: your step-by-step analysis"},
+            "label": {"type": "string", "enum": list(labels),
+                      "description": f"Exactly one of: {', '.join(labels)}"},
+        })
+    else:
+        scores = _object({m: _score_schema(m, bounds, steps) for m in metrics})
+        scores["description"] = "One score per rubric criterion"
+        schema = _object({"scores": scores,
+                          **{k: {"type": "string", "description": d}
+                             for k, d in _TEXT_FIELDS.items()}})
+    return json.dumps(schema, sort_keys=True)
 
 
-def reply_model(metrics: Sequence[str], labels: Sequence[str] = ()) -> type[BaseModel]:
-    """The reply model; ``labels`` (ReAct kinds) adds a required ``label`` enum."""
-    return _reply_model(tuple(metrics), tuple(labels))
+def wire_schema(metrics: Sequence[str], labels: Sequence[str] = (), *, bounds: bool = True,
+                steps: int | None = None) -> dict[str, Any]:
+    """A self-contained JSON schema (no $ref, all fields required, no extra keys).
 
-
-def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
-    if isinstance(node, dict):
-        if "$ref" in node:
-            return _inline_refs(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
-        return {k: _inline_refs(v, defs) for k, v in node.items() if k not in ("$defs", "title")}
-    if isinstance(node, list):
-        return [_inline_refs(v, defs) for v in node]
-    return node
-
-
-def _drop_bounds(node: Any) -> Any:
-    # Not every strict-mode or local grammar engine accepts numeric bounds; the range is
-    # stated in the description and enforced by the validating model instead.
-    if isinstance(node, dict):
-        return {k: _drop_bounds(v) for k, v in node.items() if k not in ("minimum", "maximum")}
-    if isinstance(node, list):
-        return [_drop_bounds(v) for v in node]
-    return node
-
-
-@lru_cache(maxsize=64)
-def _wire_schema(metrics: tuple[str, ...], labels: tuple[str, ...] = ()) -> str:
-    full = _reply_model(metrics, labels).model_json_schema()
-    return json.dumps(_drop_bounds(_inline_refs(full, full.get("$defs", {}))), sort_keys=True)
-
-
-def wire_schema(metrics: Sequence[str], labels: Sequence[str] = ()) -> dict[str, Any]:
-    """A self-contained JSON schema (no $ref, all fields required, no extra keys)."""
-    return json.loads(_wire_schema(tuple(metrics), tuple(labels)))
+    ``bounds`` adds minimum/maximum to the scores, ``steps`` makes each score an enum of
+    evenly spaced values (for grammar engines that ignore bounds on numbers).
+    """
+    return json.loads(_wire_schema(tuple(metrics), tuple(labels), bounds, steps))
 
 
 def schema_version(metrics: Sequence[str], labels: Sequence[str] = ()) -> str:
-    return hashlib.sha256(_wire_schema(tuple(metrics), tuple(labels)).encode()).hexdigest()[:12]
+    """The reply shape's version for the cache key (independent of per-host bounds)."""
+    return hashlib.sha256(_wire_schema(tuple(metrics), tuple(labels), False, None)
+                          .encode()).hexdigest()[:12]
 
 
-_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL | re.IGNORECASE)
+def schema_instruction(metrics: Sequence[str], labels: Sequence[str] = ()) -> str:
+    """The schema stated in the prompt, for modes where the server does not enforce it."""
+    schema = json.dumps(wire_schema(metrics, labels), indent=1)
+    alternative = (f'\nIf you cannot write JSON, write your EXPLANATION and end with a line '
+                   f'"LABEL: {labels[0]}" or "LABEL: {labels[1]}".' if len(labels) == 2 else "")
+    return ("\n\nReply with one JSON object and nothing else. It must follow this JSON "
+            f"schema:\n{schema}{alternative}")
 
 
-def parse_reply_text(text: str, metrics: Sequence[str], labels: Sequence[str] = ()
-                     ) -> dict[str, Any]:
-    """Parse and validate a provider's text answer; raise :class:`InvalidOutput` if it is off.
+# -- reading a reply ----------------------------------------------------------------------
 
-    Markdown fences are unwrapped (local models add them even in JSON mode); nothing else
-    is repaired here, so a wrong answer goes back to the model, never gets patched up.
+_FENCED = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
+_LABEL_LINE = re.compile(r"""label\W{0,3}[:=]\s*[*_`"'\[(\s]*([A-Za-z][A-Za-z_-]*)""",
+                         re.IGNORECASE)
+_EXPLANATION = re.compile(r"^\W*explanation\W*[:=]\s*", re.IGNORECASE)
+_REPLY_KEYS = frozenset({"scores", "label", "explanation", "reasoning", "summary"})
+
+
+def _dicts_in(text: str) -> Iterator[dict[str, Any]]:
+    """Every JSON object in ``text``: the whole text, fenced blocks, then objects found
+    in prose (the first ``{`` that decodes, then on after it)."""
+    candidates = [text.strip()] + [m.group(1).strip() for m in _FENCED.finditer(text)]
+    for candidate in candidates:
+        try:
+            data = json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict):
+            yield data
+    decoder = json.JSONDecoder()
+    position = text.find("{")
+    while position != -1:
+        try:
+            data, end = decoder.raw_decode(text, position)
+        except json.JSONDecodeError:
+            position = text.find("{", position + 1)
+            continue
+        if isinstance(data, dict):
+            yield data
+        position = text.find("{", end)
+
+
+def _unwrap(data: dict[str, Any]) -> dict[str, Any]:
+    # {"clip_evaluation": {...}}: some models name the object after the tool or schema.
+    if len(data) == 1:
+        (inner,) = data.values()
+        if isinstance(inner, dict) and _REPLY_KEYS & {str(k).lower() for k in inner}:
+            return inner
+    return data
+
+
+def reply_from_data(data: Any, raw_response: str, labels: Sequence[str] = ()) -> JudgeReply:
+    """A :class:`JudgeReply` from a decoded JSON object, reading keys in any case.
+
+    Scores may sit under ``scores`` or at the top level (JSON-mode models flatten them);
+    which of them count is for the validator to decide.
     """
+    if not isinstance(data, Mapping):
+        raise InvalidOutput("response JSON is not an object", raw_response=raw_response)
+    data = _unwrap(dict(data))
+    fields = {str(k).strip().lower(): v for k, v in data.items()}
+    scores = fields.get("scores")
+    if scores is not None and not isinstance(scores, Mapping):
+        raise InvalidOutput(f'"scores" is not an object of metric: score: {scores!r:.80}',
+                            raw_response=raw_response)
+    if scores is None:
+        scores = {k: v for k, v in data.items() if str(k).strip().lower() not in _REPLY_KEYS}
+    label = fields.get("label")
+    reasoning = fields.get("explanation") if labels else None
+    reasoning = reasoning or fields.get("reasoning") or fields.get("explanation") or ""
+    return JudgeReply(scores=dict(scores),
+                      label=label if isinstance(label, str) else None,
+                      summary=str(fields.get("summary") or ""),
+                      reasoning=str(reasoning), raw_response=raw_response)
+
+
+def _label_form(text: str, labels: Sequence[str]) -> JudgeReply | None:
+    """The seed's answer: an EXPLANATION, then ``LABEL: x`` (or just the label word)."""
+    bare = text.strip().strip("\"'`*.[]() \n").lower()
+    if bare in {label.lower() for label in labels}:
+        return JudgeReply(scores={}, label=bare, raw_response=text)
+    matches = list(_LABEL_LINE.finditer(text))
+    if not matches:
+        return None
+    last = matches[-1]
+    explanation = _EXPLANATION.sub("", text[:last.start()].strip()).strip()
+    return JudgeReply(scores={}, label=last.group(1), reasoning=explanation,
+                      raw_response=text)
+
+
+def parse_reply_text(text: str | None, labels: Sequence[str] = ()) -> JudgeReply:
+    """Read a reply from a text answer: a JSON object (alone, fenced, or in prose), or for
+    a ReAct kind the seed's ``LABEL:`` form. Raises :class:`InvalidOutput` if neither is
+    there; whether the reply is complete is :func:`.reply.validate_reply`'s call."""
     if text is None or not text.strip():
         raise InvalidOutput("empty response", raw_response=text or "")
-    body = text
-    fenced = _FENCE.match(text)
-    if fenced:
-        body = fenced.group(1)
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise InvalidOutput(f"response is not JSON: {exc}", raw_response=text) from None
-    return validate_reply_data(data, metrics, raw_response=text, labels=labels)
-
-
-def validate_reply_data(data: Any, metrics: Sequence[str], raw_response: str = "",
-                        labels: Sequence[str] = ()) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise InvalidOutput("response JSON is not an object", raw_response=raw_response)
-    try:
-        reply_model(metrics, labels).model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-            + (f" (got {repr(err['input'])[:80]})" if err["type"] != "missing" else "")
-            for err in exc.errors()
-        )
-        raise InvalidOutput(f"response does not match the schema: {problems}",
-                            raw_response=raw_response) from None
-    return data
+    found = list(_dicts_in(text))
+    # Prefer an object that looks like a reply over, say, an echoed tool input.
+    for data in sorted(found, key=lambda d: not (_REPLY_KEYS & {str(k).lower()
+                                                                for k in _unwrap(d)})):
+        reply = reply_from_data(data, text, labels)
+        if not labels or reply.label is not None:
+            return reply
+    if labels:
+        reply = _label_form(text, labels)
+        if reply is not None:
+            return reply
+        if found:
+            return reply_from_data(found[0], text, labels)
+        raise InvalidOutput(f"response has neither a JSON object nor a 'LABEL: "
+                            f"{labels[0]}' line", raw_response=text)
+    if found:
+        return reply_from_data(found[0], text, labels)
+    raise InvalidOutput("response is not JSON (no JSON object found in the text)",
+                        raw_response=text)

@@ -7,15 +7,29 @@ APIConnectionError, APIStatusError), so one function decides for both what is tr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from types import ModuleType
 from typing import Any, ClassVar
 
 from eval_pipeline.judges._common import retry_after_seconds
-from eval_pipeline.judges.base import JudgeError
+from eval_pipeline.judges.base import JudgeError, JudgeReply, JudgeRequest
 from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline.judges.errors import FatalProviderError, TransientJudgeError, redact
+from eval_pipeline.judges.errors import (
+    FatalProviderError,
+    InvalidOutput,
+    TransientJudgeError,
+    redact,
+)
 from eval_pipeline.judges.presets import ResolvedEndpoint, call_identity, resolve_endpoint
+from eval_pipeline.judges.reply import canonical_reply
+from eval_pipeline.judges.schema import (
+    parse_reply_text,
+    reply_from_data,
+    schema_instruction,
+    wire_schema,
+)
 
 FATAL_STATUSES = frozenset({401, 402, 403, 404})
 
@@ -43,9 +57,45 @@ def translate_sdk_error(exc: Exception, sdk: ModuleType, timeout_s: float,
     return JudgeError(f"{type(exc).__name__}: {message}")
 
 
+class ModeGate:
+    """Lets the first request of a judge find out whether its reply mode works before the
+    others are sent, so a server that refuses the mode is asked once, not once per slot.
+
+    Until ``settled``, requests pass one at a time; afterwards the gate costs nothing.
+    """
+
+    def __init__(self, settled: bool) -> None:
+        self.settled = settled
+        self._lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _current_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._loop is not loop:  # a judge reused in a new loop
+            self._lock, self._loop = asyncio.Lock(), loop
+        return self._lock
+
+    @asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        if self.settled:
+            yield
+            return
+        lock = self._current_lock()
+        await lock.acquire()
+        if self.settled:  # decided while this request waited
+            lock.release()
+            yield
+            return
+        try:
+            yield
+        finally:
+            lock.release()
+
+
 class SdkJudge:
     """Base of the provider judges: resolves the endpoint, refuses a missing key, never
-    shows the key (``__repr__``, ``secrets`` for redaction), maps SDK errors."""
+    shows the key (``__repr__``, ``secrets`` for redaction), maps SDK errors, and keeps the
+    reply mode (``reply_mode`` now, ``reply_mode_note`` saying why, after a fallback)."""
 
     sdk: ClassVar[ModuleType]
 
@@ -62,6 +112,10 @@ class SdkJudge:
         self.endpoint = endpoint
         self.config = config
         self._secrets = (api_key,)
+        self.reply_mode: str = endpoint.output_mode
+        self.reply_mode_note: str | None = None
+        # A mode set in the judges file is kept as it is; a preset's default may fall back.
+        self._gate = ModeGate(settled=endpoint.output_mode_forced)
 
     def __repr__(self) -> str:  # the client holds the key; never print it
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r})"
@@ -73,6 +127,38 @@ class SdkJudge:
     def cache_identity(self) -> dict[str, Any]:
         """Everything besides the prompt and schema that shapes the answer."""
         return call_identity(self.config)
+
+    def _fall_back(self, mode: str, reason: str) -> None:
+        """Switch the reply mode for the rest of this judge's life (the run) and say why."""
+        self.reply_mode = mode
+        self.reply_mode_note = redact(f"{mode} instead of {self.endpoint.output_mode}: "
+                                      f"{reason}", self._secrets)
+        self._gate.settled = True
+
+    def _schema(self, request: JudgeRequest) -> dict[str, Any]:
+        """The schema a server enforces (tool input, json_schema), with the host's bounds."""
+        return wire_schema(request.metrics, request.labels, bounds=self.endpoint.schema_bounds,
+                           steps=self.endpoint.score_steps)
+
+    @staticmethod
+    def _prompt_with_schema(request: JudgeRequest) -> str:
+        """The user prompt for modes where the server does not enforce the schema."""
+        return request.user_prompt + schema_instruction(request.metrics, request.labels)
+
+    @staticmethod
+    def _reply(request: JudgeRequest, *, text: str | None = None, data: Any = None,
+               raw: str = "", tokens_in: int = 0, tokens_out: int = 0) -> JudgeReply:
+        """Parse (``text``) or take (``data``, a tool input) the reply and pass it through
+        the one validator, so the reply returned is canonical and a bad one carries the
+        tokens it cost."""
+        try:
+            reply = (parse_reply_text(text, request.labels) if data is None
+                     else reply_from_data(data, raw, request.labels))
+            reply = canonical_reply(reply, request.metrics, request.labels)
+        except InvalidOutput as exc:
+            exc.tokens_in, exc.tokens_out = tokens_in, tokens_out
+            raise
+        return reply.model_copy(update={"tokens_in": tokens_in, "tokens_out": tokens_out})
 
     def _translate(self, exc: Exception) -> JudgeError:
         return translate_sdk_error(exc, self.sdk, self.config.timeout_s, self._secrets)

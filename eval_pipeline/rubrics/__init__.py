@@ -123,9 +123,10 @@ SEQUENCE_RESULT_CHARS = 200
 class ReactEvaluation(BaseModel):
     """One ReAct evaluation kind: its template, its two labels and its single metric.
 
-    Every kind answers in the one shared shape (``scores`` with one metric named after the
-    kind, plus ``label``, ``summary`` and ``reasoning``), so providers, validation, the
-    cache and averaging need no per-kind code. ``positive`` scores 1.0, ``negative`` 0.0.
+    Every kind answers in the one shared shape, the seed's: an ``explanation`` and a
+    ``label``. The row's single metric, named after the kind, follows from the label
+    (``positive`` 1.0, ``negative`` 0.0), so providers, validation, the cache and averaging
+    need no per-kind code.
     """
 
     kind: str
@@ -146,11 +147,11 @@ class ReactEvaluation(BaseModel):
         return 1.0 if label == self.positive else 0.0
 
     def json_example(self) -> str:
+        # The seed's answer (EXPLANATION, then LABEL) as JSON; the score follows from the
+        # label, so the reply does not carry one.
         example = {
-            "scores": {self.metric: 1.0},
+            "explanation": "EXPLANATION: your step-by-step analysis",
             "label": self.positive,
-            "summary": "One sentence: the verdict and its main reason",
-            "reasoning": "EXPLANATION: your step-by-step analysis",
         }
         return json.dumps(example, indent=4)
 

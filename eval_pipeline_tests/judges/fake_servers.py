@@ -2,8 +2,18 @@
 
 The real SDKs talk to these over real sockets, so every retry, timeout and parsing path in
 the judges is exercised exactly as against a provider. Each request pops the next scripted
-action (default: a valid answer built from the schema the request carried) and is recorded,
-so tests can count calls and inspect what was sent.
+action (default: a valid answer built from the schema the request carried, or in JSON and
+text modes from the schema stated in the prompt) and is recorded, so tests can count calls
+and inspect what was sent.
+
+They answer the way real servers do, not the way the judges would like: an answer may put
+prose around its JSON or fence it (``style``), write numbers as strings (``strings``),
+spell metric names its own way (``metric_names``), or carry a score beside a ReAct label
+that disagrees with it (``scores``). A server may lack structured output altogether:
+``structured="json_object_only"`` answers a ``json_schema`` request the way
+llama-cpp-python does (HTTP 500, "Input should be 'text' or 'json_object'"),
+``structured="none"`` ignores the response format, and ``tools=False`` answers a forced
+tool call with text, as a model whose chat template has no tool calling does.
 """
 
 from __future__ import annotations
@@ -21,6 +31,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 Kind = Literal["openai", "anthropic"]
+Structured = Literal["full", "json_object_only", "none"]
+Style = Literal["json", "prose", "fenced", "label_line", "bare_label"]
+
+# What llama-cpp-python's OpenAI-compatible server answers to response_format json_schema.
+LLAMA_CPP_PYTHON_REFUSAL = (
+    "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+    "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', "
+    "'ctx': {'expected': \"'text' or 'json_object'\"}}]")
 
 
 @dataclass
@@ -38,6 +56,11 @@ class Act:
     seconds: float = 0.0
     echo_key: bool = False
     label: str | None = None  # ReAct prompts: answer this label (default: the positive one)
+    # How the answer is written when it is text (JSON modes, plain text, no tool calling):
+    # json alone, prose around it, a fenced block, or the seed's EXPLANATION/LABEL lines.
+    style: Style = "json"
+    strings: bool = False  # scores as numeric strings ("0.8")
+    metric_names: Literal["exact", "title", "upper"] = "exact"  # "Code Correctness"
 
 
 OK = Act()
@@ -51,13 +74,23 @@ def scores(values: dict[str, Any] | None = None, drop_metric: bool = False) -> A
     return Act(kind="ok", scores=values, drop_metric=drop_metric)
 
 
-def label(value: str) -> Act:
-    """Answer a ReAct prompt with this label (and the score that goes with it)."""
-    return Act(kind="ok", label=value)
+def label(value: str, score: float | None = None, style: Style = "json") -> Act:
+    """Answer a ReAct prompt with this label; ``score`` adds a score beside it (a real
+    model's habit), which need not agree with the label."""
+    values = {"score": score} if score is not None else None
+    return Act(kind="ok", label=value, scores=values, style=style)
 
 
-def status(code: int, headers: dict[str, str] | None = None, echo_key: bool = False) -> Act:
-    return Act(kind="status", status=code, headers=headers or {}, echo_key=echo_key)
+def styled(style: Style, **options: Any) -> Act:
+    """A valid answer written in this style (prose around the JSON, fenced, LABEL lines)."""
+    return Act(kind="ok", style=style, **options)
+
+
+def status(code: int, headers: dict[str, str] | None = None, echo_key: bool = False,
+           message: str = "") -> Act:
+    """An HTTP error; ``message`` is the error body's text (default "fake error <code>")."""
+    return Act(kind="status", status=code, headers=headers or {}, echo_key=echo_key,
+               text=message)
 
 
 def sleep(seconds: float) -> Act:
@@ -75,36 +108,48 @@ class Recorded:
     at: float
 
 
-_EXAMPLE = re.compile(r"Return your response as JSON:\s*(\{.*\})\s*$", re.DOTALL)
+_EXAMPLE = re.compile(r"Return your response as JSON:\s*(\{.*?\})\s*(?:\n\n|$)", re.DOTALL)
+_PROMPT_SCHEMA = "It must follow this JSON schema:\n"
+
+
+def _user_prompt(body: dict[str, Any]) -> str:
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    return user.split("\n\nYour previous reply could not be used")[0]
 
 
 def _schema_of(kind: Kind, body: dict[str, Any]) -> dict[str, Any] | None:
-    if kind == "anthropic":
-        return body["tools"][0]["input_schema"]
+    """The schema the request carried: enforced (tools, json_schema) or stated in the
+    prompt (json_object and text modes)."""
+    if body.get("tools"):
+        tool = body["tools"][0]
+        return tool["input_schema"] if kind == "anthropic" else tool["function"]["parameters"]
     fmt = body.get("response_format") or {}
     if fmt.get("type") == "json_schema":
         return fmt["json_schema"]["schema"]
+    user = _user_prompt(body)
+    if _PROMPT_SCHEMA in user:
+        stated = user.split(_PROMPT_SCHEMA, 1)[1]
+        return json.JSONDecoder().raw_decode(stated)[0]
     return None
 
 
 def _example_of(body: dict[str, Any]) -> dict[str, Any] | None:
-    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    match = _EXAMPLE.search(user.split("\n\nYour previous reply could not be used")[0])
+    match = _EXAMPLE.search(_user_prompt(body))
     return json.loads(match.group(1)) if match else None
 
 
 def _metrics_of(kind: Kind, body: dict[str, Any]) -> list[str]:
     schema = _schema_of(kind, body)
     if schema is not None:
-        return list(schema["properties"]["scores"]["properties"])
+        return list((schema["properties"].get("scores") or {}).get("properties") or [])
     example = _example_of(body)
-    return list(example["scores"]) if example else ["score"]
+    return list(example.get("scores") or []) if example else ["score"]
 
 
 def labels_of(kind: Kind, body: dict[str, Any]) -> list[str]:
     """The allowed labels of a ReAct request, positive first; [] for a rubric request.
 
-    From the schema's ``label`` enum, or in JSON mode from the prompt's example (which
+    From the schema's ``label`` enum, or without one from the prompt's example (which
     shows the positive label) and its ``EXACTLY "a" or "b"`` instruction.
     """
     schema = _schema_of(kind, body)
@@ -113,15 +158,39 @@ def labels_of(kind: Kind, body: dict[str, Any]) -> list[str]:
     example = _example_of(body)
     if not example or "label" not in example:
         return []
-    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    pair = re.search(r'\(EXACTLY "([^"]+)" or "([^"]+)"\)', user)
+    pair = re.search(r'\(EXACTLY "([^"]+)" or "([^"]+)"\)', _user_prompt(body))
     return [pair.group(1), pair.group(2)] if pair else [example["label"]]
+
+
+def _metric_name(name: str, how: str) -> str:
+    if how == "title":
+        return name.replace("_", " ").title()
+    return name.upper() if how == "upper" else name
+
+
+def _write(payload: dict[str, Any], style: Style) -> str:
+    """The answer as a model would write it in text."""
+    body = json.dumps(payload, indent=2 if style != "json" else None)
+    if style == "prose":
+        return f"Here is my evaluation of the clip.\n{body}\nLet me know if you need more."
+    if style == "fenced":
+        return f"Sure! Evaluation below.\n\n```json\n{body}\n```\n"
+    if style == "label_line":
+        return (f"EXPLANATION: {payload.get('explanation') or payload.get('reasoning')}\n\n"
+                f"LABEL: \"{payload.get('label')}\"")
+    if style == "bare_label":
+        return str(payload.get("label"))
+    return body
 
 
 class FakeLLMServer:
     def __init__(self, kind: Kind, tokens_in: int = 1000, tokens_out: int = 200,
-                 score: float = 0.8) -> None:
+                 score: float = 0.8, *, structured: Structured = "full",
+                 tools: bool = True) -> None:
         self.kind = kind
+        self.structured = structured
+        self.tools = tools
+        self.refused = 0  # json_schema requests refused (structured="json_object_only")
         self.tokens_in = tokens_in
         self.tokens_out = tokens_out
         self.score = score
@@ -165,37 +234,62 @@ class FakeLLMServer:
             self.requests.append(recorded)
             return self.script.popleft() if self.script else OK
 
-    def _answer(self, act: Act, body: dict[str, Any], n: int) -> dict[str, Any]:
-        metrics = _metrics_of(self.kind, body)
+    def refuses(self, body: dict[str, Any]) -> bool:
+        """A json_object-only server refuses json_schema, as llama-cpp-python does."""
+        fmt = body.get("response_format") or {}
+        return self.structured == "json_object_only" and fmt.get("type") == "json_schema"
+
+    def _payload(self, act: Act, body: dict[str, Any], n: int) -> dict[str, Any]:
+        if act.data is not None:
+            return act.data
         labels = labels_of(self.kind, body)
-        chosen = act.label or (labels[0] if labels else None)
-        # A ReAct answer scores 1.0 for the positive label, 0.0 for the other.
-        values = dict.fromkeys(metrics, self.score if not labels
-                               else float(chosen == labels[0]))
-        if act.scores:
-            values.update(act.scores)
-        if act.drop_metric:
-            values.pop(metrics[0])
-        payload = act.data if act.data is not None else {
-            "scores": values, "summary": f"clip summary {n}", "reasoning": "looks right"}
-        if act.data is None and labels:
-            payload["label"] = chosen
+        if labels:
+            # The seed's ReAct answer: an explanation and a label; a score only if scripted.
+            payload: dict[str, Any] = {"explanation": f"EXPLANATION: looks right {n}",
+                                       "label": act.label or labels[0]}
+            if act.scores:
+                payload["scores"] = dict(act.scores)
+        else:
+            values: dict[str, Any] = dict.fromkeys(_metrics_of(self.kind, body), self.score)
+            if act.scores:
+                values.update(act.scores)
+            if act.drop_metric:
+                values.pop(next(iter(values)))
+            payload = {"scores": values, "summary": f"clip summary {n}",
+                       "reasoning": "looks right"}
+        if isinstance(payload.get("scores"), dict):
+            payload["scores"] = {
+                _metric_name(k, act.metric_names): str(v) if act.strings else v
+                for k, v in payload["scores"].items()}
+        return payload
+
+    def _answer(self, act: Act, body: dict[str, Any], n: int) -> dict[str, Any]:
+        payload = self._payload(act, body, n)
+        # A server without structured output chats: prose around the JSON by default.
+        style = "prose" if self.structured == "none" and act.style == "json" else act.style
+        as_text = act.text if act.kind == "text" else _write(payload, style)
+        # A forced tool call comes back as a call only from a server with tool calling.
+        call = bool(body.get("tools")) and self.tools and act.kind != "text"
         if self.kind == "anthropic":
             content: list[dict[str, Any]] = (
-                [{"type": "text", "text": act.text}] if act.kind == "text" else
                 [{"type": "tool_use", "id": f"toolu_{n}", "name": body["tools"][0]["name"],
-                  "input": payload}])
+                  "input": payload}] if call else [{"type": "text", "text": as_text}])
             return {"id": f"msg_{n}", "type": "message", "role": "assistant",
                     "model": body["model"], "content": content,
-                    "stop_reason": "end_turn" if act.kind == "text" else "tool_use",
+                    "stop_reason": "tool_use" if call else "end_turn",
                     "stop_sequence": None,
                     "usage": {"input_tokens": self.tokens_in, "output_tokens": self.tokens_out}}
-        message = act.text if act.kind == "text" else json.dumps(payload)
+        message: dict[str, Any] = {"role": "assistant", "content": as_text, "refusal": None}
+        if call:
+            message["content"] = None
+            message["tool_calls"] = [{
+                "id": f"call_{n}", "type": "function",
+                "function": {"name": body["tools"][0]["function"]["name"],
+                             "arguments": json.dumps(payload)}}]
         return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0,
                 "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                             "message": {"role": "assistant", "content": message,
-                                         "refusal": None}}],
+                "choices": [{"index": 0, "finish_reason": "tool_calls" if call else "stop",
+                             "logprobs": None, "message": message}],
                 "usage": {"prompt_tokens": self.tokens_in,
                           "completion_tokens": self.tokens_out,
                           "total_tokens": self.tokens_in + self.tokens_out}}
@@ -232,11 +326,17 @@ class FakeLLMServer:
                     return
                 if act.kind == "sleep":
                     time.sleep(act.seconds)
+                if server.refuses(body):
+                    with server._lock:
+                        server.refused += 1
+                    self._send(500, {"error": {"message": LLAMA_CPP_PYTHON_REFUSAL,
+                                               "type": "internal_server_error"}}, {})
+                    return
                 if act.kind == "status":
                     key = headers.get("authorization", "").removeprefix("Bearer ") or \
                         headers.get("x-api-key", "")
                     message = (f"Incorrect API key provided: {key}" if act.echo_key
-                               else f"fake error {act.status}")
+                               else act.text or f"fake error {act.status}")
                     payload: dict[str, Any] = {"error": {"message": message,
                                                          "type": "fake_error"}}
                     if server.kind == "anthropic":

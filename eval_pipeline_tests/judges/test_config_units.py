@@ -8,11 +8,13 @@ from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import InvalidOutput
 from eval_pipeline.judges.presets import effective_model, resolve_endpoint
 from eval_pipeline.judges.pricing import default_price, price_for
+from eval_pipeline.judges.reply import canonical_reply, validate_reply
 from eval_pipeline.judges.retry import RetryPolicy
-from eval_pipeline.judges.schema import parse_reply_text, wire_schema
+from eval_pipeline.judges.schema import parse_reply_text, schema_version, wire_schema
 from eval_pipeline.resources import judge_resources
 
 METRICS = ["a_metric", "b_metric"]
+LABELS = ["correct", "incorrect"]
 
 
 @pytest.mark.parametrize("preset,base_url,model,mode", [
@@ -65,22 +67,75 @@ def test_wire_schema_is_strict_and_self_contained():
     assert scores["additionalProperties"] is False and scores["required"] == METRICS
 
 
+def _read(text: str, metrics=METRICS, labels=()) -> dict[str, float]:
+    return validate_reply(parse_reply_text(text, labels), metrics, labels)
+
+
 @pytest.mark.parametrize("text,fragment", [
     ("", "empty"),
     ("nope", "not JSON"),
-    ("[1, 2]", "not an object"),
+    ("[1, 2]", "not JSON"),
     ('{"scores": {"a_metric": 0.5}, "summary": "", "reasoning": ""}', "b_metric"),
-    ('{"scores": {"a_metric": 0.5, "b_metric": "0.5"}, "summary": "", "reasoning": ""}',
-     "b_metric"),
+    ('{"scores": {"a_metric": 0.5, "b_metric": "high"}}', "b_metric"),
     ('{"scores": {"a_metric": 0.5, "b_metric": true}, "summary": "", "reasoning": ""}',
      "b_metric"),
     ('{"scores": {"a_metric": -0.1, "b_metric": 0.5}, "summary": "", "reasoning": ""}',
      "-0.1"),
-    ('{"scores": {"a_metric": 0.5, "b_metric": 0.5}, "summary": ""}', "reasoning"),
+    ('{"scores": {"a_metric": 285, "b_metric": 0.5}}', r"out of range \[0, 1\]: 285"),
+    ('{"scores": {"a_metric": "NaN", "b_metric": 0.5}}', "out of range"),
+    ('{"scores": {"a_metric": 0.5, "A Metric": 0.7, "b_metric": 0.5}}', "given twice"),
 ])
 def test_parse_rejects_what_it_must(text, fragment):
-    with pytest.raises(InvalidOutput, match=fragment.replace("$", r"\$")):
-        parse_reply_text(text, METRICS)
+    with pytest.raises(InvalidOutput, match=fragment):
+        _read(text)
+
+
+@pytest.mark.parametrize("text", [
+    '{"scores": {"a_metric": 0.5, "b_metric": 0.25}, "summary": "s", "reasoning": "r"}',
+    # numbers as strings, metric names in any case or spacing, keys in any case
+    '{"Scores": {"A Metric": "0.5", "B-METRIC": " 0.25 "}, "Summary": "s"}',
+    # prose around the JSON, a fenced block, flattened scores, a wrapper object
+    'Here you go:\n{"scores": {"a_metric": 0.5, "b_metric": 0.25}}\nThanks!',
+    'Sure.\n```json\n{"scores": {"a_metric": 0.5, "b_metric": 0.25}}\n```',
+    '{"a_metric": 0.5, "b_metric": 0.25, "summary": "s", "reasoning": "r"}',
+    '{"clip_evaluation": {"scores": {"a_metric": 0.5, "b_metric": 0.25}}}',
+    # extra keys (an overall score, a confidence) are ignored
+    '{"scores": {"a_metric": 0.5, "b_metric": 0.25, "overall": 7}, "confidence": "high"}',
+])
+def test_parse_accepts_what_real_models_send(text):
+    assert _read(text) == {"a_metric": 0.5, "b_metric": 0.25}
+
+
+@pytest.mark.parametrize("text,label", [
+    ('{"explanation": "fits", "label": "correct"}', "correct"),
+    ('{"explanation": "fits", "label": "Incorrect", "scores": {"t2t": 0.74}}', "incorrect"),
+    ("EXPLANATION: the tool fits the thought.\n\nLABEL: \"correct\"", "correct"),
+    ("The call is wrong.\n**LABEL:** incorrect", "incorrect"),
+    ("incorrect", "incorrect"),
+    ('Analysis first.\n```json\n{"label": "CORRECT"}\n```', "correct"),
+])
+def test_react_replies_parse_from_json_or_the_label_line(text, label):
+    reply = canonical_reply(parse_reply_text(text, LABELS), ["t2t"], LABELS)
+    assert reply.label == label
+    assert reply.scores == {"t2t": 1.0 if label == "correct" else 0.0}
+
+
+def test_the_label_line_keeps_the_explanation():
+    reply = parse_reply_text("EXPLANATION: it searched first.\nLABEL: correct", LABELS)
+    assert reply.reasoning == "it searched first." and reply.label == "correct"
+    with pytest.raises(InvalidOutput, match="neither a JSON object nor a 'LABEL: correct'"):
+        parse_reply_text("I think it is fine.", LABELS)
+
+
+def test_wire_schema_bounds_and_steps():
+    bounded = wire_schema(METRICS)["properties"]["scores"]["properties"]["a_metric"]
+    assert (bounded["minimum"], bounded["maximum"]) == (0.0, 1.0)
+    plain = wire_schema(METRICS, bounds=False)["properties"]["scores"]["properties"]
+    assert "minimum" not in plain["a_metric"]
+    stepped = wire_schema(METRICS, bounds=False, steps=4)["properties"]["scores"]
+    assert stepped["properties"]["b_metric"]["enum"] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    # the cache's schema version does not depend on a host's bounds
+    assert schema_version(METRICS) == schema_version(METRICS)
 
 
 def test_retry_policy_backoff_and_retry_after():

@@ -23,6 +23,10 @@ def server(request, openai_server, anthropic_server):
 
 def judge_once(server, **overrides) -> JudgmentRow:
     make = openai_config if server.kind == "openai" else anthropic_config
+    if server.kind == "anthropic":
+        # Anthropic's own API: a forced tool call always comes back as one, so text is an
+        # invalid answer here (a server without tool calling is test_reply_modes.py's).
+        overrides.setdefault("output_mode", "tool")
     rows = run(make(server, **overrides), ONE, breaker_threshold=99)
     assert len(rows) == 1
     return rows[0]

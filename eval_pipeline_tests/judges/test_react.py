@@ -102,12 +102,14 @@ def test_each_kind_renders_the_seed_template_with_the_json_shape():
         assert request.labels == [positive, negative]
         assert request.metrics == [request.evaluation_kind]
         assert f'(EXACTLY "{positive}" or "{negative}")' in request.user_prompt
+        # The seed's answer as JSON: an explanation, then a label; no score to contradict it
         example = json.loads(request.user_prompt.split("Return your response as JSON:")[1])
-        assert example == {"scores": {request.evaluation_kind: 1.0}, "label": positive,
-                           "summary": example["summary"], "reasoning": example["reasoning"]}
+        assert example == {"explanation": example["explanation"], "label": positive}
+        assert "EXPLANATION first, then your LABEL" in request.user_prompt
         schema = wire_schema(request.metrics, request.labels)
         assert schema["properties"]["label"]["enum"] == [positive, negative]
-        assert "label" in schema["required"]
+        assert schema["required"] == ["explanation", "label"]
+        assert "scores" not in schema["properties"]
     # The rubric schema keeps its old shape (no label), so cached rubric answers stay valid.
     assert "label" not in wire_schema(["code_correctness"])["properties"]
 
@@ -251,7 +253,9 @@ def test_runner_rows_per_kind():
 
 
 class FlakyReact:
-    """A judge that answers the rubric and fails every thought_to_tool request."""
+    """A judge that answers the rubric, fails every thought_to_tool request, answers
+    query_to_thought with a score that disagrees with its label, and sequence_optimality
+    with a label that is not one of the kind's two."""
 
     name = "flaky"
     provider = "openai"
@@ -264,35 +268,47 @@ class FlakyReact:
         if request.evaluation_kind == "thought_to_tool":
             raise JudgeError("HTTP 400: bad request")
         if request.evaluation_kind == "query_to_thought":
-            # the label says correct, the score says 0: contradicts itself, twice
-            return JudgeReply(scores={"query_to_thought": 0.0}, label="correct",
-                              raw_response="contradiction")
+            return JudgeReply(scores={"query_to_thought": 0.0}, label=" Correct ",
+                              raw_response="label correct, score 0")
+        if request.evaluation_kind == "sequence_optimality":
+            return JudgeReply(scores={"sequence_optimality": 1.0}, label="maybe",
+                              raw_response="label maybe")
         return await self.inner.score(request)
 
     async def aclose(self) -> None:
         return None
 
 
-def test_failed_react_rows_are_failed_rows_never_zeros():
+def test_react_rows_take_their_score_from_the_label_and_fail_without_one():
     rows = asyncio.run(run_judge(FlakyReact(), trajectory()))
     t2t = [r for r in rows if r.evaluation_kind == "thought_to_tool"]
     assert len(t2t) == 3 and all(r.status == "failed" and r.scores == "{}" for r in t2t)
     assert all(r.label is None and "HTTP 400" in r.error for r in t2t)
+    # the label decides; the score beside it is ignored, never a reason to fail
     q2t = [r for r in rows if r.evaluation_kind == "query_to_thought"]
-    assert all(r.status == "failed" and "contradicts label" in r.error for r in q2t)
-    assert all(r.attempts == 2 for r in q2t)  # one repair attempt, then a failed row
-    assert summarize_rows(rows).failed == 5
+    assert len(q2t) == 2 and all(r.status == "ok" and r.attempts == 1 for r in q2t)
+    assert all(json.loads(r.scores) == {"query_to_thought": 1.0} for r in q2t)
+    (seq,) = [r for r in rows if r.evaluation_kind == "sequence_optimality"]
+    assert seq.status == "failed" and seq.scores == "{}" and seq.attempts == 2
+    assert "label must be one of ['optimal', 'suboptimal'], got 'maybe'" in seq.error
+    assert summarize_rows(rows).failed == 4
 
 
-def test_validate_reply_checks_label_and_score_agree():
+def test_validate_reply_derives_the_score_from_the_label():
     labels = ["correct", "incorrect"]
-    ok = JudgeReply(scores={"thought_to_tool": 0.0}, label="incorrect")
-    assert validate_reply(ok, ["thought_to_tool"], labels) == {"thought_to_tool": 0.0}
-    for bad in (JudgeReply(scores={"thought_to_tool": 1.0}, label="incorrect"),
-                JudgeReply(scores={"thought_to_tool": 1.0}, label="yes"),
-                JudgeReply(scores={"thought_to_tool": 1.0})):
-        with pytest.raises(InvalidReply):
-            validate_reply(bad, ["thought_to_tool"], labels)
+    metric = ["thought_to_tool"]
+    for reply, expected in ((JudgeReply(scores={"thought_to_tool": 0.74}, label="incorrect"),
+                             0.0),
+                            (JudgeReply(scores={"thought_to_tool": 0.0}, label="CORRECT\n"),
+                             1.0),
+                            (JudgeReply(scores={}, label='"correct".'), 1.0),
+                            (JudgeReply(scores={"x": "285"}, label="Incorrect"), 0.0)):
+        assert validate_reply(reply, metric, labels) == {"thought_to_tool": expected}
+    for bad in (JudgeReply(scores={"thought_to_tool": 1.0}, label="yes"),
+                JudgeReply(scores={"thought_to_tool": 1.0}),
+                JudgeReply(scores={}, label="in correct")):
+        with pytest.raises(InvalidReply, match="label must be one of"):
+            validate_reply(bad, metric, labels)
 
 
 # -- LLM providers through the fake servers ---------------------------------------------
@@ -328,19 +344,24 @@ def test_llm_judges_answer_react_prompts_and_rerun_from_cache(openai_server, ant
     cache.close()
 
 
-def test_llm_negative_label_and_repair_of_a_contradiction(openai_server):
+def test_llm_negative_label_and_a_score_that_contradicts_it(openai_server):
     config = openai_config(openai_server, evaluations=["sequence_optimality"])
     openai_server.push(label("suboptimal"))
     (row,) = run(config, trajectory())
     assert row.status == "ok" and row.label == "suboptimal"
     assert json.loads(row.scores) == {"sequence_optimality": 0.0}
 
-    # a score that contradicts its own label: repaired by the second (default) answer
-    openai_server.push(Act(kind="ok", label="suboptimal", scores={"sequence_optimality": 1.0}))
+    # issue 7: a schema-following server sent "score 0.74" beside label "incorrect" and
+    # every ReAct row failed; the label decides, the stray score is ignored
+    openai_server.push(label("suboptimal", score=0.74),
+                       Act(kind="ok", label="optimal", scores={"sequence_optimality": 0.0}))
     (row,) = run(config, trajectory("t9"))
-    assert row.status == "ok" and row.repaired and row.label == "optimal"
-    repair = openai_server.requests[-1].body["messages"][-1]["content"]
-    assert "contradicts label 'suboptimal'" in repair and '"label"' in repair
+    (again,) = run(config, trajectory("t8"))
+    assert (row.status, row.label, row.repaired, row.attempts) == ("ok", "suboptimal",
+                                                                   False, 1)
+    assert json.loads(row.scores) == {"sequence_optimality": 0.0}
+    assert '"score": 0.74' in row.raw_response
+    assert again.status == "ok" and json.loads(again.scores) == {"sequence_optimality": 1.0}
 
 
 def test_react_requests_run_concurrently_under_the_judge_limit(openai_server):

@@ -29,7 +29,8 @@ def test_key_is_sent_but_never_lands_in_rows_or_logs(server, caplog):
     # the server echoes the key in error bodies, as real providers do in masked form
     server.push(fs.status(400, echo_key=True), fs.status(500, echo_key=True),
                 fs.text(f"my key is {SECRET}"), fs.text(f"still {SECRET}"))
-    rows = run(_config(server, concurrency=1, max_retries=0), make_tasks(1, 4),
+    mode = {"output_mode": "tool"} if server.kind == "anthropic" else {}
+    rows = run(_config(server, concurrency=1, max_retries=0, **mode), make_tasks(1, 4),
                breaker_threshold=99)
     sent = server.requests[0].headers
     assert SECRET in sent.get("authorization", "") + sent.get("x-api-key", "")
