@@ -302,7 +302,7 @@ def test_a_judge_without_api_key_env_uses_the_preset_variable(openai_server, mon
         check_judge_keys([config])
     monkeypatch.setenv("DEEPSEEK_API_KEY", SECRET)
     check_judge_keys([config])
-    resource = judge_resource(config)
+    resource = judge_resource(config, cache_enabled=False)
     assert resource.api_key == dg.EnvVar("DEEPSEEK_API_KEY")
     with dg.build_resources({"judge": resource}) as bound:
         rows = asyncio.run(bound.judge.run(make_tasks(1, 1)))
