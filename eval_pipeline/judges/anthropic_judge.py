@@ -37,6 +37,7 @@ class AnthropicJudge(SdkJudge):
     """One configured judge on the Anthropic Messages API."""
 
     sdk = anthropic
+    fallback_from = "tool"
 
     def __init__(self, config: JudgeConfig, api_key: str | None = None) -> None:
         super().__init__(config, api_key)

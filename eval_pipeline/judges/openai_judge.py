@@ -53,6 +53,7 @@ class OpenAIJudge(SdkJudge):
     """One configured judge on a Chat Completions endpoint."""
 
     sdk = openai
+    fallback_from = "json_schema"
 
     def __init__(self, config: JudgeConfig, api_key: str | None = None,
                  *, default_headers: dict[str, str] | None = None) -> None:

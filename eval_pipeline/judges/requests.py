@@ -118,15 +118,17 @@ def build_react_requests(tasks: Sequence[ClipTask], evaluations: Sequence[str] =
 def repair_request(request: JudgeRequest, error: str, raw_response: str,
                    secrets: Sequence[str | None] = ()) -> JudgeRequest:
     """The same question again, with the rejected answer and why it was rejected."""
-    label = (f", a \"label\" that is exactly one of {request.labels} (its score 1.0 for "
-             f"\"{request.labels[0]}\", else 0.0)," if request.labels else "")
+    if request.labels:  # a ReAct kind: the seed's explanation and label, no score
+        wanted = ("an \"explanation\" string and a \"label\" that is exactly one of "
+                  f"{request.labels}.")
+    else:
+        wanted = ("exactly the criteria listed above under \"scores\", each a number from "
+                  "0.0 to 1.0, plus \"summary\" and \"reasoning\" strings.")
     note = (
         "\n\nYour previous reply could not be used: "
         f"{redact(error, secrets)}\n\nYour previous reply was:\n"
         f"{redact(raw_response[:4000], secrets)}\n\n"
-        "Reply again with only the corrected JSON object: exactly the criteria listed "
-        f"above under \"scores\", each a number from 0.0 to 1.0{label} plus \"summary\" "
-        "and \"reasoning\" strings."
+        f"Reply again with only the corrected JSON object: {wanted}"
     )
     return request.model_copy(update={"user_prompt": request.user_prompt + note})
 

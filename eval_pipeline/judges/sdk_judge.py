@@ -98,6 +98,7 @@ class SdkJudge:
     reply mode (``reply_mode`` now, ``reply_mode_note`` saying why, after a fallback)."""
 
     sdk: ClassVar[ModuleType]
+    fallback_from: ClassVar[str]  # the one default mode a server may turn out not to do
 
     def __init__(self, config: JudgeConfig, api_key: str | None) -> None:
         endpoint: ResolvedEndpoint = resolve_endpoint(config)
@@ -115,7 +116,8 @@ class SdkJudge:
         self.reply_mode: str = endpoint.output_mode
         self.reply_mode_note: str | None = None
         # A mode set in the judges file is kept as it is; a preset's default may fall back.
-        self._gate = ModeGate(settled=endpoint.output_mode_forced)
+        self._gate = ModeGate(settled=endpoint.output_mode_forced
+                              or endpoint.output_mode != self.fallback_from)
 
     def __repr__(self) -> str:  # the client holds the key; never print it
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r})"

@@ -126,7 +126,8 @@ def _schema_of(kind: Kind, body: dict[str, Any]) -> dict[str, Any] | None:
     fmt = body.get("response_format") or {}
     if fmt.get("type") == "json_schema":
         return fmt["json_schema"]["schema"]
-    user = _user_prompt(body)
+    # the judge states the schema at the very end, after any repair note
+    user = next(m["content"] for m in body["messages"] if m["role"] == "user")
     if _PROMPT_SCHEMA in user:
         stated = user.split(_PROMPT_SCHEMA, 1)[1]
         return json.JSONDecoder().raw_decode(stated)[0]

@@ -129,6 +129,17 @@ def test_schema_following_servers_with_a_score_beside_the_label_give_ok_rows(
         assert all(json.loads(r.scores) == {"thought_to_tool": 0.0} for r in rows)
 
 
+def test_an_unknown_label_goes_back_for_repair_asking_for_the_label(openai_server):
+    openai_server.push(fs.label("maybe"))
+    config = openai_config(openai_server, evaluations=["sequence_optimality"])
+    (row,) = judge_and_rows(config, make_tasks(1, 2))[1]
+    assert (row.status, row.repaired, row.label) == ("ok", True, "optimal")
+    repair = openai_server.requests[-1].body["messages"][-1]["content"]
+    assert "label must be one of ['optimal', 'suboptimal'], got 'maybe'" in repair
+    assert 'an "explanation" string and a "label" that is exactly one of' in repair
+    assert '"scores"' not in repair.split("could not be used")[1]
+
+
 # -- nothing invented, nothing clipped -------------------------------------------------------
 
 @pytest.mark.parametrize("bad,fragment", [
