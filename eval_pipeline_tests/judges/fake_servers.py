@@ -14,6 +14,11 @@ that disagrees with it (``scores``). A server may lack structured output altoget
 llama-cpp-python does (HTTP 500, "Input should be 'text' or 'json_object'"),
 ``structured="none"`` ignores the response format, and ``tools=False`` answers a forced
 tool call with text, as a model whose chat template has no tool calling does.
+
+``latency_s`` makes every request take that long (as a provider's generation does), and
+``mean_in_flight`` is the time-weighted mean number of requests in flight between the first
+request's arrival and the last one's answer: what a scheduler's concurrency looks like from
+the provider's side.
 """
 
 from __future__ import annotations
@@ -184,11 +189,18 @@ def _write(payload: dict[str, Any], style: Style) -> str:
     return body
 
 
+class _Server(ThreadingHTTPServer):
+    # The default listen backlog (5) refuses connections when a client opens hundreds at once.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 class FakeLLMServer:
     def __init__(self, kind: Kind, tokens_in: int = 1000, tokens_out: int = 200,
                  score: float = 0.8, *, structured: Structured = "full",
-                 tools: bool = True) -> None:
+                 tools: bool = True, latency_s: float = 0.0) -> None:
         self.kind = kind
+        self.latency_s = latency_s
         self.structured = structured
         self.tools = tools
         self.refused = 0  # json_schema requests refused (structured="json_object_only")
@@ -199,9 +211,11 @@ class FakeLLMServer:
         self.requests: list[Recorded] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self._busy_area = 0.0  # integral of in_flight over time
+        self._first_at: float | None = None
+        self._changed_at = 0.0
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05}, daemon=True)
 
@@ -224,6 +238,25 @@ class FakeLLMServer:
     def calls(self) -> int:
         with self._lock:
             return len(self.requests)
+
+    @property
+    def mean_in_flight(self) -> float:
+        """Time-weighted mean of requests in flight from the first arrival to the last
+        answer (0 before any request)."""
+        with self._lock:
+            if self._first_at is None or self._changed_at <= self._first_at:
+                return 0.0
+            return self._busy_area / (self._changed_at - self._first_at)
+
+    def _track(self, delta: int) -> None:
+        """Count a request in (+1) or out (-1); call with the lock held."""
+        now = time.monotonic()
+        if self._first_at is None:
+            self._first_at = self._changed_at = now
+        self._busy_area += self.in_flight * (now - self._changed_at)
+        self._changed_at = now
+        self.in_flight += delta
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
     def push(self, *acts: Act) -> None:
         with self._lock:
@@ -309,13 +342,14 @@ class FakeLLMServer:
                 act = server._next(Recorded(self.path, headers, body, time.monotonic()))
                 n = server.calls
                 with server._lock:
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    server._track(+1)
                 try:
+                    if server.latency_s:
+                        time.sleep(server.latency_s)
                     self._act(act, body, headers, n)
                 finally:
                     with server._lock:
-                        server.in_flight -= 1
+                        server._track(-1)
 
             def _act(self, act: Act, body: dict[str, Any], headers: dict[str, str],
                      n: int) -> None:
