@@ -6,7 +6,12 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from eval_pipeline.partitions import BATCHES_PARTITION, batches_partitions_def
+from eval_pipeline.partitions import (
+    BATCHES_PARTITION,
+    batch_ranges,
+    batch_run_request,
+    batches_partitions_def,
+)
 from eval_pipeline.settings import PipelineSettings
 from eval_pipeline.splitting import drop_fingerprint, find_batch, list_drops, split_drop
 from eval_pipeline.staleness import BatchState, why_stale
@@ -16,7 +21,7 @@ REPORT_KEY = dg.AssetKey("evaluation_report")
 batch_job = dg.define_asset_job(
     "evaluate_batch",
     selection=dg.AssetSelection.all() - dg.AssetSelection.assets(REPORT_KEY),
-    description="Every per-batch stage for one batch partition.",
+    description="Every per-batch stage for a range of batch partitions (one or many).",
 )
 report_job = dg.define_asset_job(
     "evaluation_report_job", selection=dg.AssetSelection.assets(REPORT_KEY)
@@ -27,9 +32,11 @@ report_job = dg.define_asset_job(
            default_status=dg.DefaultSensorStatus.STOPPED)
 def new_drop_sensor(context: dg.SensorEvaluationContext,
                     pipeline: PipelineSettings) -> dg.SensorResult | dg.SkipReason:
-    """Split each new or changed drop in the incoming folder into batches and run them."""
+    """Split each new or changed drop in the incoming folder into batches and run them:
+    one run per drop (its batches as a partition range)."""
     seen: dict[str, dict] = json.loads(context.cursor) if context.cursor else {}
-    run_requests: list[dg.RunRequest] = []
+    ordered = list(context.instance.get_dynamic_partitions(BATCHES_PARTITION))
+    runs: list[tuple[list[str], str]] = []
     added: list[str] = []
     deleted: list[str] = []
     for drop in list_drops(pipeline.incoming_path):
@@ -39,15 +46,18 @@ def new_drop_sensor(context: dg.SensorEvaluationContext,
         manifests = split_drop(drop, pipeline.batches_path, pipeline.split_size,
                                pipeline.read_options().format_for(drop))
         keys = [m.partition_key for m in manifests]
-        added += [k for k in keys if not context.instance.has_dynamic_partition(
-            BATCHES_PARTITION, k)]
+        new = [k for k in keys if k not in ordered]
+        added += new
+        ordered += new
         deleted += [k for k in seen.get(drop.name, {}).get("keys", []) if k not in keys]
-        run_requests += [dg.RunRequest(partition_key=k, run_key=f"{k}:{fingerprint}")
-                         for k in keys]
+        runs.append((keys, fingerprint))
         seen[drop.name] = {"fingerprint": fingerprint, "keys": keys}
         context.log.info(f"{drop.name}: {len(keys)} batch(es) of up to {pipeline.split_size}")
-    if not run_requests:
+    if not runs:
         return dg.SkipReason(f"no new drops in {pipeline.incoming_path}")
+    ordered = [k for k in ordered if k not in deleted]
+    run_requests = [batch_run_request(batches, f"{batches[0]}...{batches[-1]}:{fingerprint}")
+                    for keys, fingerprint in runs for batches in batch_ranges(keys, ordered)]
     partition_requests: list = []
     if added:
         partition_requests.append(batches_partitions_def.build_add_request(added))
@@ -99,19 +109,22 @@ def build_daily_schedule() -> dg.ScheduleDefinition:
     @dg.schedule(job=batch_job, cron_schedule="0 3 * * *", execution_timezone="UTC",
                  default_status=dg.DefaultScheduleStatus.STOPPED)
     def daily_rerun_schedule(context: dg.ScheduleEvaluationContext, pipeline: PipelineSettings):
-        """Every day, rerun batches that are missing, have new data, or changed code or judges."""
+        """Every day, rerun batches that are missing, have new data, or changed code or judges:
+        one run per reason and stretch of consecutive batches."""
         expected = expected_code_versions(context.repository_def.asset_graph)
         by_name = {k.to_user_string(): v for k, v in expected.items()}
-        requests = []
-        for key in context.instance.get_dynamic_partitions(BATCHES_PARTITION):
+        ordered = context.instance.get_dynamic_partitions(BATCHES_PARTITION)
+        by_reason: dict[str, list[str]] = {}
+        for key in ordered:
             reason = why_stale(batch_state(context.instance, pipeline, key, list(expected)),
                                by_name)
             if reason:
-                requests.append(dg.RunRequest(
-                    partition_key=key,
-                    run_key=f"{key}:{context.scheduled_execution_time:%Y%m%d}",
-                    tags={"eval_pipeline/rerun_reason": reason},
-                ))
+                by_reason.setdefault(reason, []).append(key)
+        day = f"{context.scheduled_execution_time:%Y%m%d}"
+        requests = [batch_run_request(batches, f"{batches[0]}...{batches[-1]}:{day}",
+                                      {"eval_pipeline/rerun_reason": reason})
+                    for reason, keys in by_reason.items()
+                    for batches in batch_ranges(keys, ordered)]
         return requests or dg.SkipReason("every batch is up to date")
 
     return daily_rerun_schedule

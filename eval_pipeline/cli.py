@@ -126,8 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the format of files matching GLOB (repeatable)")
     run.add_argument("--tools", type=Path, default=None,
                      help="a tools.yaml mapping tags and tool names to tool types")
+    run.add_argument("--batches-per-run", type=_positive, default=None, metavar="N",
+                     help="batches per Dagster run (default: all batches in one run; 1 gives "
+                     "one run per batch)")
     run.add_argument("--workers", type=_positive, default=1,
-                     help="batches evaluated at once, each in its own process (default 1)")
+                     help="Dagster runs executed at once, each in its own process (default 1)")
     run.add_argument("--verbose", "-v", action="store_true", help="show Dagster's run logs")
     run.add_argument("--dry-run", action="store_true",
                      help="print the judge calls, tokens and cost the run would make; "
@@ -180,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         tables = run_pipeline(args.input, args.output, judges, args.split_size,
                               preprocess, read,
-                              "DEBUG" if args.verbose else "WARNING", args.workers)
+                              "DEBUG" if args.verbose else "WARNING", args.workers,
+                              args.batches_per_run)
     except PipelineInputError as exc:
         print(f"eval-pipeline: error: {exc}", file=sys.stderr)
         return 1

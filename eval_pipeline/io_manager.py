@@ -1,18 +1,27 @@
 """Every asset is a pandas DataFrame stored as Parquet under one configurable base path.
 
 Built on Dagster's UPathIOManager, so the base path may be a local folder or any fsspec URL
-(s3://, gs://, memory://) without changing an asset.
+(s3://, gs://, memory://) without changing an asset. One file per batch partition, also when
+one run materializes many batches: a partitioned asset then returns ``dict[batch, DataFrame]``
+and each batch gets its own file and its own materialization metadata (path, row count), which
+the stock UPathIOManager refuses ("does not support persisting an output associated with
+multiple partitions").
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import dagster as dg
 import pandas as pd
+from dagster._core.storage.upath_io_manager import is_dict_type
 from upath import UPath
 
 DEFAULT_ASSETS_DIR = "data/assets"
+
+Frames = dict[str, pd.DataFrame]
+"""One DataFrame per batch partition of a run: what partitioned assets return and read."""
 
 
 class ParquetUPathIOManager(dg.UPathIOManager):
@@ -39,6 +48,55 @@ class ParquetUPathIOManager(dg.UPathIOManager):
             ),
         }
 
+    def handle_output(self, context: dg.OutputContext, obj: pd.DataFrame | Frames) -> None:
+        if not context.has_asset_partitions:
+            super().handle_output(context, obj)
+            return
+        keys = list(context.asset_partition_keys)
+        frames = by_partition(obj, keys, context.asset_key.to_user_string())
+        paths = self._get_paths_for_partitions(context)
+        for key in keys:
+            path = paths[key]
+            self.dump_to_path(context, frames[key], path)
+            metadata = {"path": dg.MetadataValue.path(str(path)),
+                        **self.get_metadata(context, frames[key])}
+            if len(keys) == 1:
+                context.add_output_metadata(metadata)
+            else:  # output metadata would land on every partition's materialization alike
+                context.step_context.add_asset_metadata(
+                    metadata, asset_key=context.asset_key, partition_key=key)
+
+    def load_input(self, context: dg.InputContext) -> pd.DataFrame | Frames | None:
+        """An input typed ``dict[str, DataFrame]`` always gets a dict keyed by batch.
+
+        Dagster's loader hands a bare DataFrame when exactly one partition is loaded, which
+        loses the batch name; asking for the dict keeps it.
+        """
+        loaded = super().load_input(context)
+        if not (context.has_asset_partitions
+                and is_dict_type(context.dagster_type.typing_type)):
+            return loaded
+        if loaded is None:
+            return {}
+        if isinstance(loaded, pd.DataFrame):
+            return {context.asset_partition_keys[0]: loaded}
+        return dict(loaded)
+
+
+def by_partition(obj: pd.DataFrame | Mapping[str, pd.DataFrame], keys: list[str],
+                 asset: str) -> Frames:
+    """The per-batch tables of an output; a bare DataFrame is accepted for a single batch."""
+    if isinstance(obj, pd.DataFrame):
+        if len(keys) != 1:
+            raise TypeError(f"{asset}: a run over {len(keys)} batches must return "
+                            "dict[batch, DataFrame], got one DataFrame")
+        return {keys[0]: obj}
+    if not isinstance(obj, Mapping) or set(obj) != set(keys):
+        got = sorted(obj) if isinstance(obj, Mapping) else type(obj).__name__
+        raise TypeError(f"{asset}: expected one DataFrame per batch of the run {keys}, "
+                        f"got {got}")
+    return dict(obj)
+
 
 class ParquetIOManager(dg.ConfigurableIOManagerFactory):
     """Parquet files at ``<base_path>/<asset key path>/<partition>.parquet``."""
@@ -47,13 +105,3 @@ class ParquetIOManager(dg.ConfigurableIOManagerFactory):
 
     def create_io_manager(self, context: dg.InitResourceContext) -> ParquetUPathIOManager:
         return ParquetUPathIOManager(base_path=UPath(os.path.expanduser(self.base_path)))
-
-
-def as_partition_dict(loaded: pd.DataFrame | dict[str, pd.DataFrame] | None,
-                      only_key: str | None = None) -> dict[str, pd.DataFrame]:
-    """An unpartitioned reader gets a bare DataFrame when exactly one partition exists."""
-    if loaded is None:
-        return {}
-    if isinstance(loaded, pd.DataFrame):
-        return {only_key or "_single": loaded}
-    return dict(loaded)

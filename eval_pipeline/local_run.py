@@ -162,46 +162,55 @@ def check_judge_keys(judges: Sequence[JudgeConfig]) -> None:
                 f"{variable}; set it, or remove the judge from the judges file")
 
 
-def _execute(job, instance, run_config: dict, partition_key: str | None = None) -> str | None:
-    """Run one job in-process; the first step failure's message, or None on success."""
+def _execute(job, instance, run_config: dict, batches: Sequence[str] = ()) -> str | None:
+    """Run one job in-process over a range of batches (none: an unpartitioned job); the
+    first step failure's message, or None on success."""
     import dagster as dg
 
+    from eval_pipeline.partitions import range_tags
+
+    tags = {"eval_pipeline/source": "cli", **(range_tags(batches) if batches else {})}
     try:
-        result = job.execute_in_process(partition_key=partition_key, instance=instance,
-                                        run_config=run_config, raise_on_error=False,
-                                        tags={"eval_pipeline/source": "cli"})
+        result = job.execute_in_process(instance=instance, run_config=run_config,
+                                        raise_on_error=False, tags=tags)
     except dg.DagsterInvalidConfigError as exc:  # e.g. a resource's EnvVar is not set
         return f"invalid configuration: {' '.join(str(exc).split())[:500]}"
     return None if result.success else _first_failure(result)
 
 
-def _run_batches_in_worker(spec: BatchRunSpec, keys: list[str]) -> tuple[str, str] | None:
-    """A worker process: its own Definitions and instance handle, the same DAGSTER_HOME."""
+def _run_batches_in_worker(spec: BatchRunSpec, runs: list[list[str]]
+                           ) -> tuple[str, str] | None:
+    """A worker process: its own Definitions and instance handle, the same DAGSTER_HOME.
+    Each element of ``runs`` is one Dagster run over those batches."""
     import dagster as dg
 
     job = spec.definitions().resolve_job_def("evaluate_batch")
     with dg.DagsterInstance.get() as instance:
-        for key in keys:
-            print(f"evaluating batch {key}", file=sys.stderr)
-            error = _execute(job, instance, spec.run_config, key)
+        for batches in runs:
+            label = batches[0] if len(batches) == 1 else f"{batches[0]}...{batches[-1]}"
+            print(f"evaluating {len(batches)} batch(es) {label}", file=sys.stderr)
+            error = _execute(job, instance, spec.run_config, batches)
             if error:
-                return key, error
+                return label, error
     return None
 
 
 def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
                  split_size: int = 10, preprocess: PreprocessConfig | None = None,
                  read: ReadOptions | None = None, log_level: str = "WARNING",
-                 workers: int = 1) -> dict[str, pd.DataFrame]:
+                 workers: int = 1, batches_per_run: int | None = None,
+                 ) -> dict[str, pd.DataFrame]:
     """Run every stage for every batch through Dagster and export the results.
 
-    With ``workers > 1`` batches run in that many processes at once, each recording into
-    the same instance; the orchestration cost per batch is mostly event-log writes, so this
-    scales with cores.
+    Batches are evaluated ``batches_per_run`` at a time (None: all in one run), each run a
+    partition range of the batch job, so a run's fixed cost (run creation, event log) and
+    its judge scheduler are shared by its batches. With ``workers > 1`` the runs are spread
+    over that many processes recording into the same instance; they contend for its SQLite
+    event log, so this pays off with slow (LLM) judges or a Postgres-backed instance.
     """
     import dagster as dg
 
-    from eval_pipeline.partitions import BATCHES_PARTITION
+    from eval_pipeline.partitions import BATCHES_PARTITION, batch_ranges
 
     check_judge_keys(judges)
     inputs = collect_inputs(input_path, exclude=output)
@@ -224,9 +233,14 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     keys = [m.partition_key for m in manifests]
     with dg.DagsterInstance.get() as instance:
         instance.add_dynamic_partitions(BATCHES_PARTITION, keys)
-    shares = [keys[i::workers] for i in range(workers)] if workers > 1 else [keys]
+        ordered = instance.get_dynamic_partitions(BATCHES_PARTITION)
+    if batches_per_run is None and workers > 1:
+        batches_per_run = -(-len(keys) // workers)  # one run per worker
+    runs = batch_ranges(keys, ordered, batches_per_run)
+    shares = [runs[i::workers] for i in range(workers)] if workers > 1 else [runs]
+    shares = [share for share in shares if share]
     if len(shares) == 1:
-        failures = [_run_batches_in_worker(spec, keys)]
+        failures = [_run_batches_in_worker(spec, runs)]
     else:
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=len(shares), mp_context=context) as pool:

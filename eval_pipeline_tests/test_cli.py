@@ -64,8 +64,20 @@ def test_cli_on_the_sample_data(project_root, tmp_path, capsys, dagster_home):
     # The runs are in the instance the UI reads, with their materializations.
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         runs = instance.get_runs(filters=dg.RunsFilter(tags={"eval_pipeline/source": "cli"}))
-        assert len(runs) == len(list((out / "batches").glob("*/*.manifest.json"))) + 1
+        assert len(runs) == 2  # every batch in one run, then the report
         assert instance.get_latest_materialization_event(dg.AssetKey("evaluation_report"))
+        # Each batch still has its own materialization with its own metadata.
+        summaries = pd.read_parquet(out / "trajectory_summaries.parquet")
+        batches = sorted(summaries["batch"].unique())
+        assert len(batches) >= 3
+        for batch in batches:
+            records = instance.fetch_materializations(dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey("trajectory_summaries"), asset_partitions=[batch]),
+                limit=1).records
+            meta = records[0].asset_materialization.metadata
+            assert meta["trajectories"].value == int((summaries["batch"] == batch).sum())
+            assert meta["dagster/row_count"].value == meta["trajectories"].value
+            assert meta["path"].value.endswith(f"{batch}.parquet")
 
 
 def test_cli_on_demo02_gives_ten_batches_that_add_up(corpora_dir, tmp_path, capsys):
@@ -140,19 +152,25 @@ def test_cli_flag_mode_keeps_and_flags_instead_of_removing(project_root, tmp_pat
     assert meta["format_corrected"] and meta["format_fixes"]
 
 
-def test_cli_workers_give_the_same_tables_as_one_process(project_root, tmp_path, dagster_home):
+def test_one_run_for_all_batches_by_default_and_one_per_batch_on_request(
+        project_root, tmp_path, dagster_home):
     drop = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
-    tables = {}
-    for workers in (1, 2):
-        out = tmp_path / f"w{workers}"
-        assert main(["run", str(drop), "--output", str(out), "--split-size", "8",
-                     "--workers", str(workers)]) == 0
-        tables[workers] = pd.read_parquet(out / "averaged_scores.parquet").sort_values(
-            ["trajectory_id", "clip_index"]).reset_index(drop=True)
-    pd.testing.assert_frame_equal(tables[1], tables[2])
-    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
-        runs = instance.get_runs(filters=dg.RunsFilter(job_name="evaluate_batch"))
-        assert len(runs) == 6 and all(r.is_success for r in runs)
+    tables, runs_made = {}, {}
+    seen = 0
+    for name, extra in (("default", []), ("per_batch", ["--batches-per-run", "1"]),
+                        ("workers", ["--workers", "2"])):
+        out = tmp_path / name
+        assert main(["run", str(drop), "--output", str(out), "--split-size", "8", *extra]) == 0
+        tables[name] = pd.read_parquet(out / "averaged_scores.parquet").sort_values(
+            ["trajectory_id", "clip_index", "evaluation_kind"]).reset_index(drop=True)
+        with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+            runs = instance.get_runs(filters=dg.RunsFilter(job_name="evaluate_batch"))
+            assert all(r.is_success for r in runs)
+            runs_made[name] = len(runs) - seen
+            seen = len(runs)
+    assert runs_made == {"default": 1, "per_batch": 3, "workers": 2}
+    pd.testing.assert_frame_equal(tables["default"], tables["per_batch"])
+    pd.testing.assert_frame_equal(tables["default"], tables["workers"])
 
 
 def test_cli_per_file_format_override_and_custom_tool_registry(project_root, tmp_path):

@@ -7,8 +7,9 @@ import dagster as dg
 import pandas as pd
 
 from eval_pipeline import ingest
-from eval_pipeline.assets.metadata import counts, preview
-from eval_pipeline.partitions import batches_partitions_def
+from eval_pipeline.assets.metadata import counts, per_batch_output, preview
+from eval_pipeline.io_manager import Frames
+from eval_pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.settings import PipelineSettings
 from eval_pipeline.splitting import find_batch
 from eval_pipeline.versions import source_version
@@ -21,13 +22,26 @@ PREPROCESS_VERSION = source_version("eval_pipeline.preprocess", "eval_pipeline.i
 CLIPS_VERSION = source_version("eval_pipeline.clips")
 
 
-def selected(context: dg.AssetExecutionContext, outputs: list[dg.Output],
+def selected(context: dg.AssetExecutionContext,
+             outputs: dict[str, tuple[Frames, dict[str, dict[str, object]]]],
              checks: list[dg.AssetCheckResult]) -> Iterator[dg.Output | dg.AssetCheckResult]:
     """Both tables come from one parse; emit only what this run selected (subsetting)."""
-    yield from (o for o in outputs if o.output_name in context.op_execution_context
-                .selected_output_names)
+    chosen_outputs = context.op_execution_context.selected_output_names
+    for name, (frames, metadata) in outputs.items():
+        if name in chosen_outputs:
+            yield per_batch_output(context, frames, metadata, asset=name)
     chosen = context.selected_asset_check_keys
     yield from (c for c in checks if dg.AssetCheckKey(c.asset_key, c.check_name) in chosen)
+
+
+def run_check(asset: str, name: str, failures: dict[str, object], batches: int,
+              **totals: int) -> dg.AssetCheckResult:
+    """One result per check and run: passed when every batch passed; the failing ones named."""
+    return dg.AssetCheckResult(
+        asset_key=asset, check_name=name, passed=not failures,
+        metadata={"batches": batches, **totals,
+                  "failed_batches": dg.MetadataValue.json(failures)},
+    )
 
 
 @dg.multi_asset(
@@ -42,6 +56,7 @@ def selected(context: dg.AssetExecutionContext, outputs: list[dg.Output],
         ),
     },
     partitions_def=batches_partitions_def,
+    backfill_policy=batches_backfill_policy,
     group_name=INGEST_GROUP,
     can_subset=True,
     check_specs=[
@@ -53,39 +68,55 @@ def selected(context: dg.AssetExecutionContext, outputs: list[dg.Output],
 def raw_trajectories(
     context: dg.AssetExecutionContext, pipeline: PipelineSettings
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """Parse one batch file with the format detected for it (or the configured one)."""
-    path, manifest = find_batch(pipeline.batches_path, context.partition_key)
-    raw, quarantined = ingest.read_batch(path, manifest, context.partition_key,
-                                         pipeline.read_options())
-    expected = len(manifest.lines) if manifest.lines is not None else len(raw) + len(quarantined)
-    accounted = len(raw) + len(quarantined)
-    outputs = [dg.Output(raw, output_name="raw_trajectories", metadata={
-        "records_read": expected,
-        "parsed": len(raw),
-        "quarantined": len(quarantined),
-        "drop_file": manifest.drop_file,
-        "batch_fingerprint": manifest.fingerprint,
-        "formats": counts(raw["source_format"]) if len(raw) else dg.MetadataValue.json({}),
-        "preview": preview(raw, ["task_id", "source_format", "source_line", "success",
-                                 "task_description"]),
-    }), dg.Output(quarantined, output_name="quarantine", metadata={
-        "quarantined": len(quarantined),
-        "reasons": counts(quarantined["reason"]) if len(quarantined)
-        else dg.MetadataValue.json({}),
-        "preview": preview(quarantined, ["source_file", "source_line", "reason", "error"]),
-    })]
-    dupes = int(raw["trajectory_id"].duplicated().sum())
+    """Parse each batch file with the format detected for it (or the configured one)."""
+    raws: Frames = {}
+    quarantines: Frames = {}
+    raw_meta: dict[str, dict[str, object]] = {}
+    quarantine_meta: dict[str, dict[str, object]] = {}
+    unaccounted: dict[str, object] = {}
+    duplicated: dict[str, object] = {}
+    records_read = duplicates = 0
+    for batch in context.partition_keys:
+        path, manifest = find_batch(pipeline.batches_path, batch)
+        raw, quarantined = ingest.read_batch(path, manifest, batch, pipeline.read_options())
+        raws[batch], quarantines[batch] = raw, quarantined
+        expected = (len(manifest.lines) if manifest.lines is not None
+                    else len(raw) + len(quarantined))
+        if len(raw) + len(quarantined) != expected:
+            unaccounted[batch] = {"records_read": expected, "parsed": len(raw),
+                                  "quarantined": len(quarantined)}
+        dupes = int(raw["trajectory_id"].duplicated().sum())
+        records_read += expected
+        duplicates += dupes
+        if dupes:
+            duplicated[batch] = dupes
+        raw_meta[batch] = {
+            "records_read": expected,
+            "parsed": len(raw),
+            "quarantined": len(quarantined),
+            "drop_file": manifest.drop_file,
+            "batch_fingerprint": manifest.fingerprint,
+            "formats": counts(raw["source_format"]) if len(raw) else dg.MetadataValue.json({}),
+            "preview": preview(raw, ["task_id", "source_format", "source_line", "success",
+                                     "task_description"]),
+        }
+        quarantine_meta[batch] = {
+            "quarantined": len(quarantined),
+            "reasons": counts(quarantined["reason"]) if len(quarantined)
+            else dg.MetadataValue.json({}),
+            "preview": preview(quarantined, ["source_file", "source_line", "reason", "error"]),
+        }
+    n = len(context.partition_keys)
     checks = [
-        dg.AssetCheckResult(
-            asset_key="raw_trajectories", check_name="every_record_accounted",
-            passed=accounted == expected,
-            metadata={"records_read": expected, "parsed": len(raw),
-                      "quarantined": len(quarantined)},
-        ),
-        dg.AssetCheckResult(asset_key="raw_trajectories", check_name="unique_trajectory_ids",
-                            passed=dupes == 0, metadata={"duplicates": dupes}),
+        run_check("raw_trajectories", "every_record_accounted", unaccounted, n,
+                  records_read=records_read,
+                  parsed=sum(len(r) for r in raws.values()),
+                  quarantined=sum(len(q) for q in quarantines.values())),
+        run_check("raw_trajectories", "unique_trajectory_ids", duplicated, n,
+                  duplicates=duplicates),
     ]
-    yield from selected(context, outputs, checks)
+    yield from selected(context, {"raw_trajectories": (raws, raw_meta),
+                                  "quarantine": (quarantines, quarantine_meta)}, checks)
 
 
 @dg.multi_asset(
@@ -102,6 +133,7 @@ def raw_trajectories(
     },
     ins={"raw_trajectories": dg.AssetIn()},
     partitions_def=batches_partitions_def,
+    backfill_policy=batches_backfill_policy,
     group_name=INGEST_GROUP,
     can_subset=True,
     check_specs=[
@@ -109,52 +141,67 @@ def raw_trajectories(
     ],
 )
 def preprocessed_trajectories(
-    context: dg.AssetExecutionContext, pipeline: PipelineSettings, raw_trajectories: pd.DataFrame
+    context: dg.AssetExecutionContext, pipeline: PipelineSettings,
+    raw_trajectories: dict[str, pd.DataFrame],
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
     """Beta threshold, consecutive duplicate calls and tag repair, as the original tool."""
-    kept, removed, stats = ingest.preprocess_batch(
-        raw_trajectories, pipeline.preprocess_config(), pipeline.read_options().registry()
-    )
-    context.log.info("\n" + stats.render())
-    outputs = [dg.Output(kept, output_name="preprocessed_trajectories", metadata={
-        "total": stats.total,
-        "valid": stats.valid,
-        "removed_frequency": stats.removed_frequency,
-        "removed_duplicates": stats.removed_duplicates,
-        "flagged_frequency": stats.flagged_frequency,
-        "flagged_duplicates": stats.flagged_duplicates,
-        "format_issues_fixed": stats.format_issues_fixed,
-        "success_rate": dg.MetadataValue.float(round(stats.success_rate, 4)),
-        "beta_threshold": pipeline.beta_threshold,
-        "statistics": dg.MetadataValue.md(f"```\n{stats.render()}\n```"),
-        "preview": preview(kept, ["task_id", "tool_call_count", "format_corrected",
-                                  "preprocessing_flags"]),
-    }), dg.Output(removed, output_name="preprocess_report", metadata={
-        "removed": len(removed),
-        "reasons": counts(removed["reason"]) if len(removed) else dg.MetadataValue.json({}),
-        "preview": preview(removed, ["task_id", "source_line", "reason", "detail"]),
-    })]
-    check = dg.AssetCheckResult(
-        asset_key="preprocessed_trajectories", check_name="kept_plus_removed_equals_parsed",
-        passed=len(kept) + len(removed) == len(raw_trajectories),
-        metadata={"kept": len(kept), "removed": len(removed), "parsed": len(raw_trajectories)},
-    )
-    yield from selected(context, outputs, [check])
+    kept_frames: Frames = {}
+    removed_frames: Frames = {}
+    kept_meta: dict[str, dict[str, object]] = {}
+    removed_meta: dict[str, dict[str, object]] = {}
+    unbalanced: dict[str, object] = {}
+    config, registry = pipeline.preprocess_config(), pipeline.read_options().registry()
+    for batch in context.partition_keys:
+        raw = raw_trajectories[batch]
+        kept, removed, stats = ingest.preprocess_batch(raw, config, registry)
+        context.log.info(f"{batch}\n" + stats.render())
+        kept_frames[batch], removed_frames[batch] = kept, removed
+        if len(kept) + len(removed) != len(raw):
+            unbalanced[batch] = {"kept": len(kept), "removed": len(removed),
+                                 "parsed": len(raw)}
+        kept_meta[batch] = {
+            "total": stats.total,
+            "valid": stats.valid,
+            "removed_frequency": stats.removed_frequency,
+            "removed_duplicates": stats.removed_duplicates,
+            "flagged_frequency": stats.flagged_frequency,
+            "flagged_duplicates": stats.flagged_duplicates,
+            "format_issues_fixed": stats.format_issues_fixed,
+            "success_rate": dg.MetadataValue.float(round(stats.success_rate, 4)),
+            "beta_threshold": pipeline.beta_threshold,
+            "statistics": dg.MetadataValue.md(f"```\n{stats.render()}\n```"),
+            "preview": preview(kept, ["task_id", "tool_call_count", "format_corrected",
+                                      "preprocessing_flags"]),
+        }
+        removed_meta[batch] = {
+            "removed": len(removed),
+            "reasons": counts(removed["reason"]) if len(removed) else dg.MetadataValue.json({}),
+            "preview": preview(removed, ["task_id", "source_line", "reason", "detail"]),
+        }
+    check = run_check("preprocessed_trajectories", "kept_plus_removed_equals_parsed",
+                      unbalanced, len(context.partition_keys),
+                      kept=sum(len(k) for k in kept_frames.values()),
+                      removed=sum(len(r) for r in removed_frames.values()),
+                      parsed=sum(len(r) for r in raw_trajectories.values()))
+    yield from selected(context, {"preprocessed_trajectories": (kept_frames, kept_meta),
+                                  "preprocess_report": (removed_frames, removed_meta)}, [check])
 
 
 @dg.asset(
     partitions_def=batches_partitions_def,
+    backfill_policy=batches_backfill_policy,
     group_name=INGEST_GROUP,
     kinds={"pandas", "parquet"},
     code_version=CLIPS_VERSION,
 )
-def clips(preprocessed_trajectories: pd.DataFrame) -> dg.Output[pd.DataFrame]:
+def clips(context: dg.AssetExecutionContext,
+          preprocessed_trajectories: dict[str, pd.DataFrame]) -> dg.Output:
     """One clip per tool call with its result, plus the final clip, with char offsets."""
-    table = ingest.clips_table(preprocessed_trajectories)
-    return dg.Output(table, metadata={
+    tables = {b: ingest.clips_table(preprocessed_trajectories[b]) for b in context.partition_keys}
+    return per_batch_output(context, tables, {batch: {
         "clips": len(table),
         "trajectories": int(table["trajectory_id"].nunique()) if len(table) else 0,
         "tool_types": counts(table["tool_type"]) if len(table) else dg.MetadataValue.json({}),
         "preview": preview(table, ["task_id", "clip_index", "tool_type", "tool_name",
                                    "action_input"]),
-    })
+    } for batch, table in tables.items()})

@@ -14,11 +14,12 @@ import dagster as dg
 import pandas as pd
 
 from eval_pipeline import ingest
-from eval_pipeline.assets.metadata import metric_means, preview
+from eval_pipeline.assets.metadata import metric_means, per_batch_output, preview
+from eval_pipeline.judges.base import ClipTask
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
 from eval_pipeline.judges.runner import JudgmentRow, summarize_rows
-from eval_pipeline.partitions import batches_partitions_def
+from eval_pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.rubrics import templates_version
 from eval_pipeline.scoring import average_judgments
 from eval_pipeline.versions import source_version
@@ -59,6 +60,7 @@ def build_judgment_asset(config: JudgeConfig) -> dg.AssetsDefinition:
         name=config.name,
         key_prefix=["judgments"],
         partitions_def=batches_partitions_def,
+        backfill_policy=batches_backfill_policy,
         group_name=JUDGING_GROUP,
         kinds={"pandas", "parquet", "heuristic" if config.provider == "heuristic" else "openai"
                if config.provider.startswith("openai") else "anthropic"},
@@ -71,71 +73,110 @@ def build_judgment_asset(config: JudgeConfig) -> dg.AssetsDefinition:
         check_specs=[dg.AssetCheckSpec("scores_in_unit_interval",
                                        asset=dg.AssetKey(["judgments", config.name]))],
     )
-    async def _judgments(context: dg.AssetExecutionContext, clips: pd.DataFrame,
-                         preprocessed_trajectories: pd.DataFrame):
-        tasks = ingest.clip_tasks(clips, preprocessed_trajectories)
-        rows = await getattr(context.resources, key).run(tasks)
-        table = pd.DataFrame([r.model_dump() for r in rows], columns=JUDGMENT_COLUMNS)
-        totals = summarize_rows(rows)
-        ok = table[table["status"] == "ok"]
-        out_of_range = sum(
-            any(not 0.0 <= v <= 1.0 for v in json.loads(s).values()) for s in ok["scores"]
-        )
-        yield dg.Output(table, metadata={
-            "judge": config.name,
-            "provider": config.provider,
-            "model": model,
-            "template_version": templates_version(),
-            "rows": totals.rows,
-            "ok": totals.ok,
-            "failed": totals.failed,
-            "skipped": totals.skipped,
-            "cached": totals.cached,
-            "repaired": totals.repaired,
-            "provider_calls": totals.calls,
-            "tokens_in": totals.tokens_in,
-            "tokens_out": totals.tokens_out,
-            "cost_usd": dg.MetadataValue.float(totals.cost_usd),
-            "evaluations": dg.MetadataValue.json(config.evaluations),
-            "rows_by_kind": dg.MetadataValue.json(
-                {k: int(n) for k, n in table["evaluation_kind"].value_counts().items()}),
-            "metric_means": dg.MetadataValue.json(metric_means(ok["scores"])),
-            "preview": preview(table, ["clip_index", "evaluation_kind", "tool_type", "status",
-                                       "scores", "label", "summary", "error"]),
-        })
-        yield dg.AssetCheckResult(passed=out_of_range == 0,
-                                  metadata={"out_of_range": out_of_range})
+    async def _judgments(context: dg.AssetExecutionContext,
+                         clips: dict[str, pd.DataFrame],
+                         preprocessed_trajectories: dict[str, pd.DataFrame]):
+        batches = list(context.partition_keys)
+        tasks = {b: ingest.clip_tasks(clips[b], preprocessed_trajectories[b]) for b in batches}
+        # One judge run over every batch of the run: one scheduler, one set of limits.
+        rows = await getattr(context.resources, key).run(
+            [t for b in batches for t in tasks[b]])
+        split = rows_by_batch(rows, tasks)
+        tables = {b: judgment_table(r) for b, r in split.items()}
+        out_of_range = {b: n for b, t in tables.items() if (n := out_of_range_scores(t))}
+        yield per_batch_output(context, tables, {
+            b: judgment_metadata(config, model, split[b], table) for b, table in tables.items()})
+        yield dg.AssetCheckResult(passed=not out_of_range, metadata={
+            "out_of_range": sum(out_of_range.values()),
+            "failed_batches": dg.MetadataValue.json(out_of_range)})
 
     return _judgments
 
 
+def rows_by_batch(rows: Sequence[JudgmentRow], tasks: dict[str, list[ClipTask]]
+                  ) -> dict[str, list[JudgmentRow]]:
+    """The judge's rows sorted back to the batch of their trajectory."""
+    batch_of = {t.trajectory_id: b for b, ts in tasks.items() for t in ts}
+    split: dict[str, list[JudgmentRow]] = {b: [] for b in tasks}
+    for row in rows:
+        split[batch_of[row.trajectory_id]].append(row)
+    return split
+
+
+def judgment_table(rows: Sequence[JudgmentRow]) -> pd.DataFrame:
+    return pd.DataFrame([r.model_dump() for r in rows], columns=JUDGMENT_COLUMNS)
+
+
+def out_of_range_scores(table: pd.DataFrame) -> int:
+    ok = table[table["status"] == "ok"]
+    return sum(any(not 0.0 <= v <= 1.0 for v in json.loads(s).values()) for s in ok["scores"])
+
+
+def judgment_metadata(config: JudgeConfig, model: str, rows: Sequence[JudgmentRow],
+                      table: pd.DataFrame) -> dict[str, object]:
+    """What the UI shows for one batch of one judge's judgments."""
+    totals = summarize_rows(rows)
+    ok = table[table["status"] == "ok"]
+    return {
+        "judge": config.name,
+        "provider": config.provider,
+        "model": model,
+        "template_version": templates_version(),
+        "rows": totals.rows,
+        "ok": totals.ok,
+        "failed": totals.failed,
+        "skipped": totals.skipped,
+        "cached": totals.cached,
+        "repaired": totals.repaired,
+        "provider_calls": totals.calls,
+        "tokens_in": totals.tokens_in,
+        "tokens_out": totals.tokens_out,
+        "cost_usd": dg.MetadataValue.float(totals.cost_usd),
+        "evaluations": dg.MetadataValue.json(config.evaluations),
+        "rows_by_kind": dg.MetadataValue.json(
+            {k: int(n) for k, n in table["evaluation_kind"].value_counts().items()}),
+        "metric_means": dg.MetadataValue.json(metric_means(ok["scores"])),
+        "preview": preview(table, ["clip_index", "evaluation_kind", "tool_type", "status",
+                                   "scores", "label", "summary", "error"]),
+    }
+
+
 def build_averaged_scores_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition:
-    ins = {f"judgments_{c.name}": dg.AssetIn(key=judgment_asset_key(c)) for c in configs}
+    ins = {f"judgments_{c.name}": dg.AssetIn(key=judgment_asset_key(c),
+                                              dagster_type=dict[str, pd.DataFrame])
+           for c in configs}
     names = {f"judgments_{c.name}": c.name for c in configs}
 
     @dg.asset(
         ins=ins,
         partitions_def=batches_partitions_def,
+        backfill_policy=batches_backfill_policy,
         group_name=JUDGING_GROUP,
         kinds={"pandas", "parquet"},
         code_version=source_version("eval_pipeline.scoring"),
     )
-    def averaged_scores(**judgments: pd.DataFrame) -> dg.Output[pd.DataFrame]:
+    def averaged_scores(context: dg.AssetExecutionContext,
+                        **judgments: dict[str, pd.DataFrame]) -> dg.Output:
         """Per clip and evaluation kind: each metric's mean over the judges that succeeded."""
-        table = average_judgments({names[k]: v for k, v in judgments.items()})
-        ok = table[table["status"] == "ok"]
-        return dg.Output(table, metadata={
-            "rows": len(table),
-            "scored": len(ok),
-            "unscored": len(table) - len(ok),
-            "judges": dg.MetadataValue.json(sorted(names.values())),
-            "mean_score": dg.MetadataValue.float(round(float(ok["mean_score"].mean()), 4))
-            if len(ok) else dg.MetadataValue.null(),
-            "max_spread": dg.MetadataValue.float(float(ok["spread"].max()) if len(ok)
-                                                 else 0.0),
-            "metric_means": dg.MetadataValue.json(metric_means(ok["scores"])),
-            "preview": preview(table, ["clip_index", "tool_type", "status", "mean_score",
-                                       "n_judges_succeeded", "summary"]),
-        })
+        tables = {b: average_judgments({names[k]: v[b] for k, v in judgments.items()})
+                  for b in context.partition_keys}
+        return per_batch_output(context, tables, {
+            b: averaged_metadata(table, sorted(names.values())) for b, table in tables.items()})
 
     return averaged_scores
+
+
+def averaged_metadata(table: pd.DataFrame, judges: list[str]) -> dict[str, object]:
+    ok = table[table["status"] == "ok"]
+    return {
+        "rows": len(table),
+        "scored": len(ok),
+        "unscored": len(table) - len(ok),
+        "judges": dg.MetadataValue.json(judges),
+        "mean_score": dg.MetadataValue.float(round(float(ok["mean_score"].mean()), 4))
+        if len(ok) else dg.MetadataValue.null(),
+        "max_spread": dg.MetadataValue.float(float(ok["spread"].max()) if len(ok) else 0.0),
+        "metric_means": dg.MetadataValue.json(metric_means(ok["scores"])),
+        "preview": preview(table, ["clip_index", "tool_type", "status", "mean_score",
+                                   "n_judges_succeeded", "summary"]),
+    }

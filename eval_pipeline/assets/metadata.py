@@ -32,3 +32,15 @@ def metric_means(scores: pd.Series) -> dict[str, float]:
     """Mean of each metric over rows whose ``scores`` JSON holds it."""
     frame = pd.DataFrame([json.loads(s) for s in scores if s and s != "{}"])
     return {str(k): round(float(v), 4) for k, v in frame.mean().items()} if len(frame) else {}
+
+
+def per_batch_output(context: dg.AssetExecutionContext, frames: dict[str, pd.DataFrame],
+                     metadata: dict[str, dict[str, object]], asset: str | None = None,
+                     ) -> dg.Output:
+    """The run's tables, one per batch, each batch's metadata on its own materialization.
+
+    ``asset`` names the output of a multi-asset (its key); None for a single asset.
+    """
+    for batch, values in metadata.items():
+        context.add_asset_metadata(values, asset_key=asset, partition_key=batch)
+    return dg.Output(frames, output_name=asset or "result")

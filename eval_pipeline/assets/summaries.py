@@ -6,11 +6,10 @@ from collections.abc import Sequence
 import dagster as dg
 import pandas as pd
 
-from eval_pipeline.assets.metadata import preview
-from eval_pipeline.io_manager import as_partition_dict
+from eval_pipeline.assets.metadata import per_batch_output, preview
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
-from eval_pipeline.partitions import batches_partitions_def
+from eval_pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.report import (
     REACT_ACCURACY_COLUMNS,
     REPORT_MEAN_KEY,
@@ -32,38 +31,23 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
 
     @dg.asset(
         partitions_def=batches_partitions_def,
+        backfill_policy=batches_backfill_policy,
         group_name=SUMMARY_GROUP,
         kinds={"pandas", "parquet"},
         code_version=source_version("eval_pipeline.scoring", "eval_pipeline.report"),
     )
     def trajectory_summaries(
-        preprocessed_trajectories: pd.DataFrame, clips: pd.DataFrame,
-        averaged_scores: pd.DataFrame, routing_checks: pd.DataFrame,
-    ) -> dg.Output[pd.DataFrame]:
+        context: dg.AssetExecutionContext,
+        preprocessed_trajectories: dict[str, pd.DataFrame], clips: dict[str, pd.DataFrame],
+        averaged_scores: dict[str, pd.DataFrame], routing_checks: dict[str, pd.DataFrame],
+    ) -> dg.Output:
         """The original tool's evaluation_metadata and the response with embedded evaluations,
         plus the ReAct accuracies and the routing check of each trajectory."""
-        table = summarize_trajectories(preprocessed_trajectories, clips, averaged_scores, names,
-                                       routing_checks)
-        scored = table["overall_trajectory_score"].dropna()
-        # The batch's ReAct accuracies, pooled as in evaluation_report (None: nobody scored).
-        batch = build_report({"batch": table})
-        react = batch.iloc[0] if len(batch) else None
-        return dg.Output(table, metadata={
-            "trajectories": len(table),
-            "scored": len(scored),
-            "mean_overall_score": dg.MetadataValue.float(round(float(scored.mean()), 4))
-            if len(scored) else dg.MetadataValue.null(),
-            **{column: dg.MetadataValue.float(round(float(react[column]), 4))
-               if react is not None and pd.notna(react[column]) else dg.MetadataValue.null()
-               for column in REACT_ACCURACY_COLUMNS},
-            "routing_passed": int(table["routing_passed"].fillna(False).astype(bool).sum()),
-            "routing_checked": int(table["routing_passed"].notna().sum()),
-            "judges": dg.MetadataValue.json(names),
-            "preview": preview(table, ["task_id", "total_clips", "successful_evaluations",
-                                       "overall_trajectory_score", "thought_to_tool_accuracy",
-                                       "query_to_thought_accuracy", "sequence_optimality",
-                                       "success"]),
-        })
+        tables = {b: summarize_trajectories(preprocessed_trajectories[b], clips[b],
+                                            averaged_scores[b], names, routing_checks[b])
+                  for b in context.partition_keys}
+        return per_batch_output(context, tables, {
+            b: summary_metadata(table, names) for b, table in tables.items()})
 
     @dg.asset(
         ins={"trajectory_summaries": dg.AssetIn(
@@ -73,14 +57,15 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         code_version=source_version("eval_pipeline.report"),
     )
     def evaluation_report(context: dg.AssetExecutionContext,
-                          trajectory_summaries) -> dg.Output[pd.DataFrame]:
+                          trajectory_summaries: dict[str, pd.DataFrame]
+                          ) -> dg.Output[pd.DataFrame]:
         """One row per batch and one for all batches, with the change since the last report."""
         previous = context.instance.get_latest_materialization_event(context.asset_key)
         last_mean = None
         if previous is not None and previous.asset_materialization is not None:
             value = previous.asset_materialization.metadata.get(REPORT_MEAN_KEY)
             last_mean = getattr(value, "value", None)
-        report = build_report(as_partition_dict(trajectory_summaries))
+        report = build_report(trajectory_summaries)
         overall = report[report["batch"] == "ALL"]
         mean = overall["mean_overall_score"].iloc[0] if len(overall) else None
         metadata = {
@@ -99,3 +84,26 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         return dg.Output(report, metadata=metadata)
 
     return [trajectory_summaries, evaluation_report]
+
+
+def summary_metadata(table: pd.DataFrame, names: list[str]) -> dict[str, object]:
+    scored = table["overall_trajectory_score"].dropna()
+    # The batch's ReAct accuracies, pooled as in evaluation_report (None: nobody scored).
+    batch = build_report({"batch": table})
+    react = batch.iloc[0] if len(batch) else None
+    return {
+        "trajectories": len(table),
+        "scored": len(scored),
+        "mean_overall_score": dg.MetadataValue.float(round(float(scored.mean()), 4))
+        if len(scored) else dg.MetadataValue.null(),
+        **{column: dg.MetadataValue.float(round(float(react[column]), 4))
+           if react is not None and pd.notna(react[column]) else dg.MetadataValue.null()
+           for column in REACT_ACCURACY_COLUMNS},
+        "routing_passed": int(table["routing_passed"].fillna(False).astype(bool).sum()),
+        "routing_checked": int(table["routing_passed"].notna().sum()),
+        "judges": dg.MetadataValue.json(names),
+        "preview": preview(table, ["task_id", "total_clips", "successful_evaluations",
+                                   "overall_trajectory_score", "thought_to_tool_accuracy",
+                                   "query_to_thought_accuracy", "sequence_optimality",
+                                   "success"]),
+    }

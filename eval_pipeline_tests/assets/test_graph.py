@@ -6,6 +6,7 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from eval_pipeline.partitions import range_tags
 from eval_pipeline_tests.dagster_helpers import PER_BATCH, stage_drop
 
 
@@ -115,3 +116,46 @@ def test_one_table_of_a_multi_asset_can_be_materialized_alone(project_root, tmp_
     assert [e.asset_key.to_user_string() for e in result.get_asset_materialization_events()] \
         == ["raw_trajectories"]
     assert not (tmp_path / "assets" / "quarantine").exists()
+
+
+def test_one_run_over_several_batches_writes_each_batch_and_its_metadata(
+        project_root, tmp_path, instance):
+    drop = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
+    keys, defs = stage_drop(drop, tmp_path, instance, split_size=10)
+    job = defs.resolve_job_def("evaluate_batch")
+    result = job.execute_in_process(instance=instance, tags=range_tags(keys))
+    assert result.success
+    assert len(instance.get_runs()) == 1
+    base = tmp_path / "assets"
+    for name in ["raw_trajectories", "clips", "judgments/heuristic", "averaged_scores",
+                 "trajectory_summaries"]:
+        assert sorted(p.stem for p in (base / name).glob("*.parquet")) == keys, name
+    # One materialization per batch, each with that batch's own figures.
+    for key in keys:
+        summaries = pd.read_parquet(base / "trajectory_summaries" / f"{key}.parquet")
+        assert set(summaries["batch"]) == {key}
+        judged = pd.read_parquet(base / "judgments" / "heuristic" / f"{key}.parquet")
+        metas = {}
+        for asset in (dg.AssetKey("trajectory_summaries"), dg.AssetKey(["judgments",
+                                                                        "heuristic"])):
+            record = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[key]), limit=1
+            ).records[0]
+            metas[asset.to_user_string()] = record.asset_materialization.metadata
+        assert metas["trajectory_summaries"]["trajectories"].value == len(summaries)
+        assert metas["judgments/heuristic"]["rows"].value == len(judged)
+        assert metas["judgments/heuristic"]["dagster/row_count"].value == len(judged)
+        assert metas["judgments/heuristic"]["path"].value.endswith(
+            f"heuristic/{key}.parquet")
+    checks = result.get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks)
+
+
+def test_a_report_over_one_batch_names_that_batch(project_root, tmp_path, instance):
+    drop = project_root / "data" / "incoming" / "sample_malformed.jsonl"
+    (key,), defs = stage_drop(drop, tmp_path, instance)
+    assert _materialize(defs, key, instance).success
+    assert dg.materialize(list(defs.assets), instance=instance, resources=dict(defs.resources),
+                          selection=dg.AssetSelection.assets("evaluation_report")).success
+    report = pd.read_parquet(tmp_path / "assets" / "evaluation_report.parquet")
+    assert list(report["batch"]) == [key, "ALL"]
