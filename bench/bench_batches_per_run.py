@@ -1,9 +1,9 @@
 """Wall time of the whole CLI with every batch in one Dagster run against one run per batch.
 
 Run: ``.venv/bin/python bench/bench_batches_per_run.py [DROP] [--repeats N]``
-(default: ../shared/corpora/dataeva/demo02.jsonl, else data/incoming). Heuristic judge, each
-configuration a fresh CLI process and a fresh DAGSTER_HOME, the two interleaved; prints the
-median of the repeats and the ratio. Asserts nothing.
+(default: dataeva/demo02.jsonl in ../shared/corpora or $EVAL_PIPELINE_CORPORA, else data/).
+Heuristic judge, each configuration a fresh CLI process and a fresh DAGSTER_HOME, the two
+interleaved; prints the median of the repeats and the ratio. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DROP = ROOT.parent / "shared" / "corpora" / "dataeva" / "demo02.jsonl"
+CORPORA = Path(os.environ.get("EVAL_PIPELINE_CORPORA", ROOT.parent / "shared" / "corpora"))
+DEFAULT_DROP = CORPORA / "dataeva" / "demo02.jsonl"
 CONFIGS = {"one run per batch": ["--batches-per-run", "1"], "all batches in one run": []}
 
 
