@@ -1,20 +1,38 @@
-"""Throughput and memory of each stage, and of the whole graph through Dagster.
+"""Throughput and memory of the data stages, and of the whole graph through Dagster.
 
-Run: ``.venv/bin/python bench/bench_pipeline.py [FILE_OR_FOLDER ...]``
-(default: the XML-format corpora in ../shared/corpora, else data/incoming). Prints figures;
-asserts nothing. Stages are timed in plain Python (the domain modules) and then end to end
-through the CLI's Dagster path, so the orchestration overhead per batch is visible.
+Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,dagster]
+[--drop-mb 200] [FILE_OR_FOLDER ...]`` (default inputs: the XML-format corpora in
+../shared/corpora, else data/incoming). Prints figures; asserts nothing.
+
+- ``stages``: each domain stage on the inputs, timed in plain Python; the median of
+  interleaved repeats after a warm-up (first calls pay imports and pandas set-up).
+- ``drop``: parse + preprocess + clips of a generated drop (``--drop-mb``, written to a
+  temporary folder) against bare ``json.loads`` of the same lines, as a ratio measured in
+  the same run, in one process and in a pool of one process per core.
+- ``memory``: peak RSS of splitting and parsing generated 50 MB and 500 MB drops, each in a
+  fresh process.
+- ``dagster``: the CLI's Dagster path end to end, so orchestration cost per batch shows.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
+import json
+import os
 import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 from tabulate import tabulate
 
 from eval_pipeline import ingest
@@ -23,10 +41,15 @@ from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.runner import run_judge
 from eval_pipeline.preprocess import PreprocessConfig
 from eval_pipeline.scoring import average_judgments, summarize_trajectories
+from eval_pipeline.splitting import split_drop
 from eval_pipeline.tool_registry import default_registry
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from drops import write_drop
+
 ROOT = Path(__file__).resolve().parents[1]
-CORPORA = ROOT.parent / "shared" / "corpora"
+CORPORA = Path(os.environ.get("EVAL_PIPELINE_CORPORA", ROOT.parent / "shared" / "corpora"))
+REPEATS = 5
 
 
 def default_inputs() -> list[Path]:
@@ -36,50 +59,147 @@ def default_inputs() -> list[Path]:
     return found or sorted((ROOT / "data" / "incoming").glob("*.jsonl"))
 
 
-def stage_figures(paths: list[Path]) -> list[list[object]]:
-    import pandas as pd
+def interleaved(jobs: dict[str, Callable[[], Any]], repeats: int = REPEATS
+                ) -> dict[str, float]:
+    """Median seconds of each job, the jobs run in turn each round (noise hits all alike)."""
+    for job in jobs.values():
+        job()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in jobs}
+    for _ in range(repeats):
+        for name, job in jobs.items():
+            start = time.perf_counter()
+            job()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
+
+def _disagreeing(table: pd.DataFrame, factor: float) -> pd.DataFrame:
+    """A second judge for the averaging figures: other scores, every 7th row failed."""
+    other = table.copy()
+    other["scores"] = [json.dumps({k: round(v * factor, 3) for k, v in json.loads(s).items()})
+                       for s in table["scores"]]
+    other.loc[other.index % 7 == 0, "status"] = "failed"
+    return other
+
+
+def stage_section(files: list[Path]) -> None:
     registry = default_registry()
-    timings: dict[str, float] = {}
-    counts: dict[str, int] = {}
+    config = PreprocessConfig()
+    judge = make_judge(JudgeConfig(name="heuristic"))
+    prepared = []
+    for path in files:
+        raw, _q = ingest.read_batch(path, None, path.stem)
+        kept, _r, _s = ingest.preprocess_batch(raw, config, registry)
+        clips = ingest.clips_table(kept)
+        rows = asyncio.run(run_judge(judge, ingest.clip_tasks(clips, kept)))
+        one = pd.DataFrame([r.model_dump() for r in rows])
+        three = {"a": one, "b": _disagreeing(one, 0.9), "c": _disagreeing(one, 0.7)}
+        prepared.append((path, raw, kept, clips, one, three))
 
-    def timed(name: str, fn, n_of):
-        start = time.perf_counter()
-        value = fn()
-        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
-        counts[name] = counts.get(name, 0) + n_of(value)
-        return value
+    def each(fn: Callable[..., Any]) -> Callable[[], None]:
+        return lambda: [fn(*p) for p in prepared] and None
 
-    for path in paths:
-        raw, _q = timed("parse", lambda p=path: ingest.read_batch(p, None, p.stem),
-                        lambda v: len(v[0]) + len(v[1]))
-        kept, _r, _s = timed("preprocess",
-                             lambda raw=raw: ingest.preprocess_batch(raw, PreprocessConfig(),
-                                                                     registry),
-                             lambda _v, raw=raw: len(raw))
-        clips = timed("clips", lambda kept=kept: ingest.clips_table(kept), len)
-        tasks = ingest.clip_tasks(clips, kept)
-        rows = timed("judge (heuristic)",
-                      lambda tasks=tasks: asyncio.run(run_judge(
-                          make_judge(JudgeConfig(name="heuristic")), tasks)), len)
-        table = pd.DataFrame([r.model_dump() for r in rows])
-        avg = timed("average", lambda table=table: average_judgments({"heuristic": table}), len)
-        timed("summaries", lambda kept=kept, clips=clips, avg=avg: summarize_trajectories(
-            kept, clips, avg, ["heuristic"]), len)
-    rows = [[name, counts[name], f"{timings[name]:.3f}",
-             f"{counts[name] / timings[name]:.0f}" if timings[name] else "-"]
-            for name in timings]
-    return rows
+    jobs = {
+        "parse": each(lambda path, *_: ingest.read_batch(path, None, path.stem)),
+        "preprocess": each(lambda _p, raw, *_: ingest.preprocess_batch(raw, config, registry)),
+        "clips": each(lambda _p, _r, kept, *_: ingest.clips_table(kept)),
+        "average (1 judge)": each(lambda *p: average_judgments({"heuristic": p[4]})),
+        "average (3 judges)": each(lambda *p: average_judgments(p[5])),
+        "summaries": each(lambda _p, _r, kept, clips, one, _t: summarize_trajectories(
+            kept, clips, average_judgments({"heuristic": one}), ["heuristic"])),
+    }
+    counts = {
+        "parse": sum(len(p[1]) for p in prepared),
+        "preprocess": sum(len(p[1]) for p in prepared),
+        "clips": sum(len(p[2]) for p in prepared),
+        "average (1 judge)": sum(len(p[4]) for p in prepared),
+        "average (3 judges)": sum(3 * len(p[4]) for p in prepared),
+        "summaries": sum(len(p[2]) for p in prepared),
+    }
+    medians = interleaved(jobs)
+    units = {"parse": "records", "preprocess": "records", "clips": "trajectories",
+             "summaries": "trajectories"}
+    table = [[name, counts[name], units.get(name, "judgment rows"), f"{medians[name]:.3f}",
+              f"{counts[name] / medians[name]:,.0f}"] for name in jobs]
+    print(tabulate(table, headers=["stage (median of 5)", "in", "unit", "seconds", "per s"]))
+    print("(summaries include their averaging; the heuristic judge's rows are the input)")
 
 
-def dagster_figures(paths: list[Path]) -> list[list[object]]:
+def _batch_stages(path: Path) -> tuple[int, int]:
+    """One batch through parse, preprocess and clips, as the three assets run it."""
+    raw, quarantined = ingest.read_batch(path, None, path.stem)
+    kept, _removed, _stats = ingest.preprocess_batch(raw, PreprocessConfig(),
+                                                     default_registry())
+    clips = ingest.clips_table(kept)
+    return len(raw) + len(quarantined), len(clips)
+
+
+def _json_only(path: Path) -> int:
+    n = 0
+    for line in path.read_bytes().split(b"\n"):
+        if line.strip():
+            with contextlib.suppress(ValueError):
+                json.loads(line)
+            n += 1
+    return n
+
+
+def drop_section(megabytes: float, split_size: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        drop = Path(tmp) / "generated.jsonl"
+        lines = write_drop(drop, megabytes)
+        size = drop.stat().st_size / 1e6
+        manifests = split_drop(drop, Path(tmp) / "batches", split_size)
+        batches = [Path(tmp) / "batches" / "generated" / m.batch_file for m in manifests]
+        workers = os.cpu_count() or 1
+        with ProcessPoolExecutor(workers) as pool:
+            list(pool.map(_json_only, batches[:workers]))  # start the workers
+            jobs = {
+                "json.loads, 1 process": lambda: [_json_only(b) for b in batches],
+                "stages, 1 process": lambda: [_batch_stages(b) for b in batches],
+                f"stages, {workers} processes": lambda: list(pool.map(_batch_stages,
+                                                                      batches)),
+            }
+            medians = interleaved(jobs, repeats=3)
+        base = medians["json.loads, 1 process"]
+        print(f"generated drop: {size:.0f} MB, {lines} lines, {len(batches)} batches of "
+              f"{split_size}")
+        print(tabulate([[name, f"{s:.2f}", f"{size / s:.1f}", f"{base / s:.2f}"]
+                        for name, s in medians.items()],
+                       headers=["parse+preprocess+clips (median of 3)", "seconds", "MB/s",
+                                "x json.loads"]))
+
+
+def _child_split_parse(drop: Path, out: Path, split_size: int) -> None:
+    """Split a drop and parse every batch, then print this process's peak RSS in MiB."""
+    for manifest in split_drop(drop, out, split_size):
+        path = out / drop.stem / manifest.batch_file
+        raw, _q = ingest.read_batch(path, manifest, manifest.partition_key)
+        del raw
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def memory_section(split_size: int) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for megabytes in (50, 500):
+            drop = Path(tmp) / f"drop{megabytes}.jsonl"
+            write_drop(drop, megabytes)
+            done = subprocess.run(
+                [sys.executable, __file__, "--child-split", str(drop), str(Path(tmp) / "b"),
+                 str(split_size)], check=True, capture_output=True, text=True)
+            rows.append([f"{megabytes} MB", split_size, f"{float(done.stdout):.0f}"])
+            drop.unlink()
+    print(tabulate(rows, headers=["split + parse of a drop", "batch size",
+                                  "peak RSS (MiB)"]))
+
+
+def dagster_section(files: list[Path]) -> None:
     from eval_pipeline.local_run import run_pipeline
 
     rows = []
-    for path in paths[:2]:
+    for path in files[:2]:
         with tempfile.TemporaryDirectory() as tmp:
-            import os
-
             os.environ["DAGSTER_HOME"] = str(Path(tmp) / "home")
             start = time.perf_counter()
             tables = run_pipeline(path, Path(tmp) / "out",
@@ -89,23 +209,38 @@ def dagster_figures(paths: list[Path]) -> list[list[object]]:
             records = len(tables["raw_trajectories"]) + len(tables["quarantine"])
             rows.append([path.name, records, batches, f"{elapsed:.2f}",
                          f"{elapsed / max(batches, 1):.2f}"])
-    return rows
+    print(tabulate(rows, headers=["whole graph via Dagster", "records", "batches", "seconds",
+                                  "s/batch"]))
 
 
 def main() -> None:
-    paths = [Path(a) for a in sys.argv[1:]] or default_inputs()
-    files = [p for x in paths for p in (sorted(x.glob("*.jsonl")) if x.is_dir() else [x])]
-    size = sum(p.stat().st_size for p in files) / 2**20
-    print(f"inputs: {len(files)} file(s), {size:.1f} MiB")
-    print(tabulate(stage_figures(files), headers=["stage", "rows in", "seconds", "rows/s"]))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"max RSS after the plain stages: {rss:.0f} MiB")
-    print()
-    print(tabulate(dagster_figures(files),
-                   headers=["whole graph via Dagster", "records", "batches", "seconds",
-                            "s/batch"]))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"\nmax RSS of this process: {rss:.0f} MiB")
+    if sys.argv[1:2] == ["--child-split"]:
+        _child_split_parse(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("inputs", nargs="*", type=Path)
+    parser.add_argument("--sections", default="stages,drop,memory")
+    parser.add_argument("--drop-mb", type=float, default=200.0)
+    parser.add_argument("--split-size", type=int, default=200)
+    args = parser.parse_args()
+    sections = set(args.sections.split(","))
+    files = [p for x in (args.inputs or default_inputs())
+             for p in (sorted(x.glob("*.jsonl")) if x.is_dir() else [x])]
+    print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}, "
+          f"pandas {pd.__version__}; load average {os.getloadavg()[0]:.1f}")
+    if "stages" in sections:
+        size = sum(p.stat().st_size for p in files) / 2**20
+        print(f"\ninputs: {len(files)} file(s), {size:.1f} MiB")
+        stage_section(files)
+    if "drop" in sections:
+        print()
+        drop_section(args.drop_mb, args.split_size)
+    if "memory" in sections:
+        print()
+        memory_section(args.split_size)
+    if "dagster" in sections:
+        print()
+        dagster_section(files)
 
 
 if __name__ == "__main__":

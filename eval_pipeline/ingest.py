@@ -163,11 +163,14 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
 
 
 def clips_table(preprocessed: pd.DataFrame) -> pd.DataFrame:
+    """Clips of every trajectory; only the five columns they need are read."""
+    columns = ["trajectory_id", "batch", "task_id", "raw_response", "steps"]
     rows = []
-    for traj in preprocessed.to_dict("records"):
-        for clip in segment(traj["raw_response"], steps_from_json(traj["steps"])):
-            rows.append({"trajectory_id": traj["trajectory_id"], "batch": traj["batch"],
-                         "task_id": traj["task_id"], **clip.model_dump()})
+    for tid, batch, task_id, text, steps in zip(
+            *(preprocessed[c].tolist() for c in columns), strict=True):
+        for clip in segment(text, steps_from_json(steps)):
+            rows.append({"trajectory_id": tid, "batch": batch, "task_id": task_id,
+                         **clip.model_dump()})
     return pd.DataFrame(rows, columns=CLIP_COLUMNS)
 
 

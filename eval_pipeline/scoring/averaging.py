@@ -59,6 +59,33 @@ def majority_label(labels: Iterable[Any]) -> tuple[str | None, dict[str, int]]:
 
 
 
+def mean(values: list[float]) -> float:
+    """``statistics.fmean``, bit for bit, without its overhead for one or two values.
+
+    One value is its own mean; for two, IEEE addition is already the correctly rounded
+    sum that ``fsum`` returns.
+    """
+    if len(values) == 1:
+        return float(values[0])
+    if len(values) == 2:
+        return (values[0] + values[1]) / 2
+    return fmean(values)
+
+
+def _decode_scores(values: list[Any]) -> list[dict[str, Any]]:
+    """Every ok row's scores, the JSON texts decoded in one call instead of one each."""
+    texts = [v for v in values if isinstance(v, str) and v]
+    if len(texts) == len(values):
+        try:
+            decoded = json.loads("[" + ",".join(texts) + "]")
+        except json.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, list) and len(decoded) == len(values) and all(
+                isinstance(d, dict) for d in decoded):
+            return decoded
+    return [json_object(v) for v in values]
+
+
 def _combined(texts: list[Any], combined: bool) -> str:
     """One judge's text as it is; several judges' texts joined, as the original tool does."""
     kept = [t for t in texts if t]
@@ -101,38 +128,46 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     summaries, reasonings, errors = col("summary"), col("reasoning"), col("error")
     judges, labels = col("judge"), col("label")
     has_labels = "label" in rows.columns
+    ok_rows = [status == "ok" for status in statuses]
+    parsed = _decode_scores([scores[i] for i, ok in enumerate(ok_rows) if ok])
+    parsed_at = dict(zip((i for i, ok in enumerate(ok_rows) if ok), parsed, strict=True))
+    judges_json: dict[tuple[str, ...], str] = {}
 
     out: dict[str, list[Any]] = {c: [] for c in AVERAGED_COLUMNS}
     for start, stop in pairwise(bounds):
-        ok = [i for i in range(start, stop) if statuses[i] == "ok"]
+        ok = [i for i in range(start, stop) if ok_rows[i]]
         per_metric: dict[str, list[float]] = defaultdict(list)
         for i in ok:
-            for metric, value in json_object(scores[i]).items():
+            for metric, value in parsed_at[i].items():
                 per_metric[metric].append(float(value))
-        means = {m: fmean(v) for m, v in per_metric.items()}
+        means = {m: mean(v) for m, v in per_metric.items()}
         kind = kinds[start]
         combined = len(ok) > 1
         # Only the ReAct kinds have labels; a rubric row's label (the heuristic writes
         # "heuristic" there) is not a verdict to take a majority of.
         label, label_counts = (majority_label(labels[i] for i in ok)
                                if has_labels and kind in REACT_EVALUATIONS else (None, {}))
+        names = tuple(sorted(set(judges[start:stop])))
+        if names not in judges_json:
+            judges_json[names] = json.dumps(list(names))
         out["trajectory_id"].append(tids[start])
         out["clip_index"].append(int(clip_indexes[start]))
         out["evaluation_kind"].append(kind)
         out["tool_type"].append(tool_types[start])
         out["status"].append("ok" if ok else "failed")
         out["scores"].append(json.dumps(means))
-        out["mean_score"].append(fmean(list(means.values())) if means else None)
+        out["mean_score"].append(mean(list(means.values())) if means else None)
         out["n_judges"].append(stop - start)
         out["n_judges_succeeded"].append(len(ok))
-        out["judges"].append(json.dumps(sorted(set(judges[start:stop]))))
+        out["judges"].append(judges_json[names])
         out["spread"].append(max(max(v) - min(v) for v in per_metric.values())
                              if means else None)
         out["summary"].append(_combined([summaries[i] for i in ok], combined))
         out["reasoning"].append(_combined([reasonings[i] for i in ok], combined))
-        out["errors"].append(json.dumps(
-            [f"{judges[i]}: {errors[i]}" for i in range(start, stop)
-             if isinstance(errors[i], str) and errors[i]], ensure_ascii=False))
+        failures = [f"{judges[i]}: {errors[i]}" for i in range(start, stop)
+                    if isinstance(errors[i], str) and errors[i]]
+        out["errors"].append(json.dumps(failures, ensure_ascii=False) if failures else "[]")
         out["label"].append(label)
-        out["label_counts"].append(json.dumps(label_counts, ensure_ascii=False))
+        out["label_counts"].append(json.dumps(label_counts, ensure_ascii=False)
+                                   if label_counts else "{}")
     return pd.DataFrame(out, columns=AVERAGED_COLUMNS)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from statistics import fmean
 from typing import Any
 
 import pandas as pd
@@ -26,7 +25,7 @@ from eval_pipeline.rubrics import (
     EVAL_THOUGHT_TO_TOOL,
     REACT_EVALUATIONS,
 )
-from eval_pipeline.scoring.averaging import json_object
+from eval_pipeline.scoring.averaging import json_object, mean
 
 SUMMARY_COLUMNS = [
     "trajectory_id", "batch", "task_id", "source_format", "source_file", "source_line",
@@ -54,11 +53,11 @@ def evaluation_metadata(clip_rows: Sequence[Mapping[str, Any]], model_names: Seq
         for scores in score_list:
             for metric, value in scores.items():
                 metrics[metric].append(value)
-        average_scores = {m: fmean(v) for m, v in metrics.items()}
+        average_scores = {m: mean(v) for m, v in metrics.items()}
         tool_averages[tool_type] = {
             "average_scores": average_scores,
             "clip_count": len(score_list),
-            "overall_average": fmean(list(average_scores.values())) if average_scores
+            "overall_average": mean(list(average_scores.values())) if average_scores
             else None,
         }
     weighted = [(t["overall_average"], t["clip_count"]) for t in tool_averages.values()
@@ -107,6 +106,15 @@ def _model_info(row: Mapping[str, Any]) -> str:
     return f"<model_info>Averaged from {n} model{'s' if n != 1 else ''}</model_info>\n"
 
 
+def _indented(scores: dict[str, Any]) -> str:
+    """``json.dumps(scores, indent=2)`` for a flat metric -> number object, without the
+    pure-Python encoder that ``indent`` switches to (a third of the summaries' time)."""
+    if not scores or not all(type(v) in (float, int) for v in scores.values()):
+        return json.dumps(scores, indent=2)
+    return "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}"
+                               for k, v in scores.items()) + "\n}"
+
+
 def clip_evaluation_block(row: Mapping[str, Any] | None,
                           react_rows: Sequence[Mapping[str, Any]] = ()) -> str:
     """The ``<clip_evaluation>`` block embedded after a clip (multi-model layout).
@@ -119,7 +127,7 @@ def clip_evaluation_block(row: Mapping[str, Any] | None,
     if row["status"] != "ok":
         return ("\n<clip_evaluation>\n<error>No judge could score this clip: "
                 + _errors_text(row) + "</error>\n" + react + "</clip_evaluation>\n")
-    scores = json.dumps(json_object(row["scores"]), indent=2)
+    scores = _indented(json_object(row["scores"]))
     return (
         f"\n<clip_evaluation>\n<scores>\n{scores}\n</scores>\n"
         f"<summary>{row['summary']}</summary>\n<reasoning>{row['reasoning']}</reasoning>\n"
@@ -160,7 +168,7 @@ def react_evaluations(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             if r["status"] == "ok":
                 labels[react_label_text(r).split(" (")[0]] += 1
         block[kind] = {
-            "accuracy": fmean(scored) if scored else None,
+            "accuracy": mean(scored) if scored else None,
             "scored": len(scored),
             "total": len(kind_rows),
             "labels": dict(sorted(labels.items())),
@@ -210,8 +218,14 @@ def _loads_list(value: Any) -> list[Any]:
     return json.loads(value) if isinstance(value, str) and value else []
 
 
-def _records(table: pd.DataFrame | None) -> list[dict[str, Any]]:
-    return table.to_dict("records") if table is not None and len(table) else []
+def _records(table: pd.DataFrame | None, columns: Sequence[str] | None = None
+             ) -> list[dict[str, Any]]:
+    """Plain records, only of the columns used (a batch's steps and metadata are big)."""
+    if table is None or not len(table):
+        return []
+    names = [c for c in table.columns if columns is None or c in columns]
+    values = [table[c].tolist() for c in names]
+    return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
 
 
 def _by_clip(clips: pd.DataFrame, column: str) -> dict[tuple[str, int], Any]:
@@ -240,7 +254,14 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
     human = {key: label for key, label in _by_clip(clips, "human_label").items()
              if label is not None and not pd.isna(label)}
     rows = []
-    for traj in _records(trajectories):
+    # The response texts go in and out as they are (no round trip through Python objects,
+    # which costs as much as all the rest) when the column is plain text without gaps.
+    texts = trajectories["raw_response"] if "raw_response" in trajectories.columns else None
+    pass_through = (texts is not None and isinstance(texts.dtype, pd.StringDtype)
+                    and not texts.isna().any())
+    responses = texts.tolist() if texts is not None else []
+    wanted = [c for c in SUMMARY_COLUMNS if c != "raw_response" or not pass_through]
+    for traj, response in zip(_records(trajectories, wanted), responses, strict=True):
         tid = traj["trajectory_id"]
         clip_rows = sorted(rubric_by_traj.get(tid, []), key=lambda r: r["clip_index"])
         meta = evaluation_metadata(clip_rows, model_names)
@@ -254,7 +275,7 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
                                                           react_per_clip.get(ci, [])))
                   for ci in sorted(set(rubric_per_clip) | set(react_per_clip))
                   if (tid, ci) in ends]
-        full = embed_evaluations(traj["raw_response"], blocks)
+        full = embed_evaluations(response, blocks)
         react = react_evaluations(react_rows)
         if has_react:
             # Added after the original tool's keys, which stay exactly as they were.
@@ -285,4 +306,7 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
             "evaluation_metadata": json.dumps(meta, ensure_ascii=False),
             "full_response_with_evaluations": full,
         })
-    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    table = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    if pass_through and texts is not None and len(table):
+        table["raw_response"] = texts.array
+    return table

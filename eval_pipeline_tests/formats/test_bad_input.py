@@ -7,7 +7,6 @@ The corpus is generated here, in tmp_path, so nothing large is committed.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -156,11 +155,9 @@ def test_one_50_mb_record(tmp_path: Path):
         fh.write(_rec("small", "<answer>1</answer>") + b"\n")
         fh.write(_rec("huge", body) + b"\n")
     assert path.stat().st_size > 50_000_000
-    start = time.perf_counter()
+    # Speed is shown by bench/bench_pipeline.py, not asserted here (no timed tests).
     result = parse_file(path, "b")
-    elapsed = time.perf_counter() - start
     assert not result.quarantined and len(result.trajectories) == 2
     huge = result.trajectories[1]
     assert len(huge.raw_response) == len(body)
     assert len(huge.steps) == 2 * (50_000_000 // len(chunk))
-    assert elapsed < 30
