@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
+
+import pytest
 
 from eval_pipeline.formats import parse_file
 from eval_pipeline.formats.xml_tags import analyze_xml_response, parse_xml_response
@@ -88,15 +89,14 @@ def test_newer_dialect_tool_call_with_broken_json_keeps_the_call():
     assert any("no readable name" in n for n in analysis.notes)
 
 
+@pytest.mark.timeout(300)  # a hang guard, not a speed figure: quadratic here takes hours
 def test_deeply_nested_and_unbalanced_tags_stay_linear():
     nested = "<think>" * 20000 + "deep" + "</think>" * 20000
     unbalanced = "<result>" * 50000 + "tail"
-    start = time.perf_counter()
     for text in (nested, unbalanced, "</think></result>" * 10000):
         analysis = analyze_xml_response(text, REG)
         for s in analysis.steps:
             assert 0 <= s.start <= s.end <= len(text)
-    assert time.perf_counter() - start < 5
 
 
 def test_field_over_100k_chars_and_record_helpers(tmp_path: Path):
