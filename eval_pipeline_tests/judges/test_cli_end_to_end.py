@@ -84,3 +84,44 @@ def test_cli_run_with_llm_judges_rerun_costs_nothing(openai_server, anthropic_se
     for secret in (KEY, ANT_KEY):
         assert not _all_bytes_contain(out, secret)
         assert not _all_bytes_contain(tmp_path / "home", secret)
+
+
+@pytest.mark.slow
+def test_cli_run_against_servers_without_structured_output(tmp_path, monkeypatch, capsys,
+                                                           project_root):
+    """Issue 7/15 as a new user met it: llama-cpp-python's server refuses json_schema (this
+    opened the breaker and failed the batch) and an Anthropic-compatible server without tool
+    calling (0 of 5 rows). Both judges now fall back once and every row is ok."""
+    from eval_pipeline_tests.judges.fake_servers import FakeLLMServer
+
+    full = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
+    if not full.is_file():
+        pytest.skip("sample drop not present")
+    sample = tmp_path / "four_runs.jsonl"  # one batch: one run, one judge object
+    sample.write_text("".join(full.read_text("utf-8").splitlines(keepends=True)[:4]), "utf-8")
+    refusing = FakeLLMServer("openai", structured="json_object_only").start()
+    no_tools = FakeLLMServer("anthropic", tools=False).start()
+    try:
+        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+        judges = tmp_path / "judges.yaml"
+        judges.write_text(
+            "judges:\n"
+            "  - name: local\n    provider: openai_compatible\n    model: m\n"
+            f"    base_url: {refusing.base_url}\n"
+            "  - name: claude\n    provider: anthropic\n    api_key_env: E2E_ANTHROPIC_KEY\n"
+            f"    base_url: {no_tools.base_url}\n", "utf-8")
+        monkeypatch.setenv("E2E_ANTHROPIC_KEY", ANT_KEY)
+        out = tmp_path / "out"
+        assert main(["run", str(sample), "--output", str(out), "--judges", str(judges)]) == 0
+        capsys.readouterr()
+        for name in ("local", "claude"):
+            rows = pd.read_parquet(out / f"judgments__{name}.parquet")
+            assert (rows["status"] == "ok").all(), rows["error"].dropna().head().tolist()
+            assert len(rows) > 10 and rows["evaluation_kind"].nunique() == 4
+        # one refused request in the whole run, and one forced tool use answered as text
+        assert refusing.refused == 1
+        assert refusing.calls == 1 + len(pd.read_parquet(out / "judgments__local.parquet"))
+        assert sum("tools" in r.body for r in no_tools.requests) == 1
+    finally:
+        refusing.stop()
+        no_tools.stop()
