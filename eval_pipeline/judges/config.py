@@ -45,6 +45,10 @@ class JudgeConfig(BaseModel):
         description="Send the score bounds (minimum/maximum) in the wire schema; None: the "
         "preset's setting. Turn off for a host that refuses the keywords.",
     )
+    score_steps: int | None = Field(
+        default=None, ge=1, le=100,
+        description="Send each score as an enum of steps+1 evenly spaced values in [0, 1], "
+        "for grammar engines that ignore bounds on numbers (llama.cpp); None: the preset's.")
     project: str | None = Field(default=None, description="Vertex AI: the Google Cloud project")
     location: str | None = Field(
         default=None, description="Vertex AI: the region (e.g. us-central1) or global")
