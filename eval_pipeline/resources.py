@@ -36,6 +36,7 @@ class LLMJudgeResource(dg.ConfigurableResource):
     preset: str | None = None
     output_mode: str | None = None
     schema_bounds: bool | None = None
+    score_steps: int | None = None
     project: str | None = None
     location: str | None = None
     temperature: float | None = None

@@ -92,6 +92,10 @@ class Judge(Protocol):
     name: str
     provider: str
     model: str
+    # The reply mode in use now (json_schema, json_object, tool, text; heuristic) and, after
+    # a fallback, why it changed; rows and run metadata carry both.
+    reply_mode: str
+    reply_mode_note: str | None
 
     async def score(self, request: JudgeRequest) -> JudgeReply: ...
 

@@ -175,7 +175,7 @@ def resolve_endpoint(config: JudgeConfig) -> ResolvedEndpoint:
         tokens_param=preset.tokens_param if preset else "max_tokens",
         local=preset.local if preset else False,
         schema_bounds=bounds if config.schema_bounds is None else config.schema_bounds,
-        score_steps=preset.score_steps if preset else None,
+        score_steps=config.score_steps or (preset.score_steps if preset else None),
     )
 
 

@@ -260,6 +260,8 @@ class FlakyReact:
     name = "flaky"
     provider = "openai"
     model = "fake"
+    reply_mode = "json_schema"
+    reply_mode_note = None
 
     def __init__(self) -> None:
         self.inner = HeuristicJudge(JudgeConfig(name="flaky"))

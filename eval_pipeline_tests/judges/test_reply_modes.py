@@ -179,6 +179,10 @@ def test_the_wire_schema_carries_bounds_and_the_label_enum_where_the_host_takes_
     score = sent_schema(openai_server, local)["properties"]["scores"]["properties"][
         "code_correctness"]
     assert score["enum"][:3] == [0.0, 0.05, 0.1] and score["enum"][-1] == 1.0
+    # any host can ask for steps, e.g. an Anthropic-compatible llama.cpp with tool calling
+    stepped = sent_schema(anthropic_server, anthropic_config(anthropic_server, score_steps=4))
+    assert stepped["properties"]["scores"]["properties"]["code_correctness"]["enum"] == [
+        0.0, 0.25, 0.5, 0.75, 1.0]
     react = sent_schema(openai_server, openai_config(openai_server,
                                                      evaluations=["sequence_optimality"]))
     assert react["properties"]["label"]["enum"] == ["optimal", "suboptimal"]
