@@ -11,7 +11,8 @@ speaks every structured-output mode, so the judge has four (``reply_mode``):
   a fenced block, or the seed's ``LABEL: x`` form for ReAct kinds).
 
 A server that refuses ``json_schema`` (llama-cpp-python: HTTP 500 "Input should be 'text'
-or 'json_object'"; others: HTTP 400 naming response_format) makes the judge fall back to
+or 'json_object'"; others: HTTP 400 naming response_format, or llama.cpp's "JSON schema
+error" for a schema its grammar converter cannot handle) makes the judge fall back to
 ``json_object`` once for the rest of the run: the refused request is sent again in the new
 mode at once, so it neither fails a row nor counts toward the circuit breaker. A mode set
 in the judges file (``output_mode``) is kept as it is, and a refusal of it is fatal.
@@ -45,8 +46,10 @@ def refuses_json_schema(exc: openai.APIStatusError) -> bool:
     text = f"{exc.message} {exc.body}".lower()
     if exc.status_code >= 500:
         return _REFUSAL_500 in text
-    return exc.status_code in (400, 422) and ("response_format" in text
-                                              or "json_schema" in text)
+    # "response_format ... json_schema not supported", or (llama.cpp) "JSON schema error at
+    # #/properties/...": the server cannot do our schema, JSON mode with it in the prompt can.
+    return exc.status_code in (400, 422) and any(
+        word in text for word in ("response_format", "json_schema", "json schema"))
 
 
 class OpenAIJudge(SdkJudge):

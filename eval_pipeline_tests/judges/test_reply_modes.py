@@ -227,6 +227,12 @@ def test_a_400_naming_response_format_also_falls_back(openai_server):
     assert openai_server.calls == 3 and judge.reply_mode == "json_object"
     assert "HTTP 400" in judge.reply_mode_note
 
+    # llama.cpp's answer to a schema its grammar converter cannot handle
+    openai_server.push(fs.status(400, message="Unable to generate parser for this template. "
+                                 "JSON schema error at #/properties/scores: cannot resolve"))
+    judge, rows = judge_and_rows(openai_config(openai_server), make_tasks(1, 1))
+    assert rows[0].status == "ok" and judge.reply_mode == "json_object"
+
     # any other 400 is the row's failure, not a reason to change modes
     openai_server.push(fs.status(400, message="max_tokens is too large"))
     judge, rows = judge_and_rows(openai_config(openai_server), make_tasks(1, 1))
