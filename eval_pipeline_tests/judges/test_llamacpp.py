@@ -119,9 +119,12 @@ def _judges_yaml(root: str) -> str:
         lines += [f"  - name: {name}", f"    provider: {provider}", "    model: smollm2-135m",
                   f"    evaluations: [{', '.join(kinds)}]",
                   # Greedy decoding (the server adds its fixed seed); a small budget, as a
-                  # tiny model can run on for thousands of tokens; the server queues requests
-                  # beyond its slots, and a wait in the queue counts toward the timeout.
-                  "    temperature: 0.0", "    max_tokens: 160", "    timeout_s: 600",
+                  # tiny model can run on for thousands of tokens (its rubric answers ran to
+                  # 127 and past 160); the server queues requests beyond its slots, and a wait
+                  # in the queue counts toward the timeout.
+                  "    temperature: 0.0",
+                  f"    max_tokens: {256 if kinds == ['clip_rubric'] else 160}",
+                  "    timeout_s: 600",
                   "    max_retries: 1", "    concurrency: 1"]
         if mode is not None:
             lines.append(f"    output_mode: {mode}")
