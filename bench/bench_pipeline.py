@@ -59,11 +59,11 @@ def default_inputs() -> list[Path]:
     return found or sorted((ROOT / "data" / "incoming").glob("*.jsonl"))
 
 
-def interleaved(jobs: dict[str, Callable[[], Any]], repeats: int = REPEATS
-                ) -> dict[str, float]:
+def interleaved(jobs: dict[str, Callable[[], Any]], repeats: int = REPEATS,
+                warm_up: bool = True) -> dict[str, float]:
     """Median seconds of each job, the jobs run in turn each round (noise hits all alike)."""
-    for job in jobs.values():
-        job()  # warm-up
+    for job in jobs.values() if warm_up else ():
+        job()  # first calls pay imports and pandas set-up
     times: dict[str, list[float]] = {name: [] for name in jobs}
     for _ in range(repeats):
         for name, job in jobs.items():
@@ -82,7 +82,7 @@ def _disagreeing(table: pd.DataFrame, factor: float) -> pd.DataFrame:
     return other
 
 
-def stage_section(files: list[Path]) -> None:
+def stage_section(files: list[Path], repeats: int) -> None:
     registry = default_registry()
     config = PreprocessConfig()
     judge = make_judge(JudgeConfig(name="heuristic"))
@@ -116,12 +116,13 @@ def stage_section(files: list[Path]) -> None:
         "average (3 judges)": sum(3 * len(p[4]) for p in prepared),
         "summaries": sum(len(p[2]) for p in prepared),
     }
-    medians = interleaved(jobs)
+    medians = interleaved(jobs, repeats)
     units = {"parse": "records", "preprocess": "records", "clips": "trajectories",
              "summaries": "trajectories"}
     table = [[name, counts[name], units.get(name, "judgment rows"), f"{medians[name]:.3f}",
               f"{counts[name] / medians[name]:,.0f}"] for name in jobs]
-    print(tabulate(table, headers=["stage (median of 5)", "in", "unit", "seconds", "per s"]))
+    print(tabulate(table, headers=[f"stage (median of {repeats})", "in", "unit", "seconds",
+                                   "per s"]))
     print("(summaries include their averaging; the heuristic judge's rows are the input)")
 
 
@@ -144,7 +145,7 @@ def _json_only(path: Path) -> int:
     return n
 
 
-def drop_section(megabytes: float, split_size: int) -> None:
+def drop_section(megabytes: float, split_size: int, repeats: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         drop = Path(tmp) / "generated.jsonl"
         lines = write_drop(drop, megabytes)
@@ -160,13 +161,13 @@ def drop_section(megabytes: float, split_size: int) -> None:
                 f"stages, {workers} processes": lambda: list(pool.map(_batch_stages,
                                                                       batches)),
             }
-            medians = interleaved(jobs, repeats=3)
+            medians = interleaved(jobs, repeats, warm_up=False)
         base = medians["json.loads, 1 process"]
         print(f"generated drop: {size:.0f} MB, {lines} lines, {len(batches)} batches of "
               f"{split_size}")
         print(tabulate([[name, f"{s:.2f}", f"{size / s:.1f}", f"{base / s:.2f}"]
                         for name, s in medians.items()],
-                       headers=["parse+preprocess+clips (median of 3)", "seconds", "MB/s",
+                       headers=[f"parse+preprocess+clips (median of {repeats})", "seconds", "MB/s",
                                 "x json.loads"]))
 
 
@@ -222,6 +223,8 @@ def main() -> None:
     parser.add_argument("--sections", default="stages,drop,memory")
     parser.add_argument("--drop-mb", type=float, default=200.0)
     parser.add_argument("--split-size", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=REPEATS,
+                        help="interleaved repeats per figure (the drop: at most 3)")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
     files = [p for x in (args.inputs or default_inputs())
@@ -231,10 +234,10 @@ def main() -> None:
     if "stages" in sections:
         size = sum(p.stat().st_size for p in files) / 2**20
         print(f"\ninputs: {len(files)} file(s), {size:.1f} MiB")
-        stage_section(files)
+        stage_section(files, args.repeats)
     if "drop" in sections:
         print()
-        drop_section(args.drop_mb, args.split_size)
+        drop_section(args.drop_mb, args.split_size, min(args.repeats, 3))
     if "memory" in sections:
         print()
         memory_section(args.split_size)

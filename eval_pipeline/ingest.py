@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import numbers
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -26,7 +27,6 @@ from eval_pipeline.preprocess import PreprocessConfig, PreprocessStats, preproce
 from eval_pipeline.splitting import BatchManifest, drop_fingerprint
 from eval_pipeline.tool_registry import ToolRegistry, default_registry, load_registry
 
-RAW_COLUMNS = list(Trajectory.model_fields)
 QUARANTINE_COLUMNS = list(QuarantinedRecord.model_fields)
 REPORT_COLUMNS = [
     "trajectory_id", "batch", "task_id", "source_file", "source_line", "reason", "detail",
@@ -34,7 +34,7 @@ REPORT_COLUMNS = [
 ]
 PREPROCESSED_EXTRA = [
     "tool_call_count", "has_duplicates", "format_corrected", "preprocessing_flags",
-    "preprocessing_metadata",
+    "preprocessing_metadata", "beta_threshold",
 ]
 CLIP_COLUMNS = ["trajectory_id", "batch", "task_id", *Clip.model_fields]
 
@@ -136,6 +136,8 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
                 "tool_call_count": o.tool_call_count,
                 "has_duplicates": o.has_duplicates,
                 "format_corrected": o.format_corrected,
+                # Judges read the limit the run used (a sequence over it is not optimal).
+                "beta_threshold": config.beta_threshold,
                 "preprocessing_flags": json.dumps(o.flags),
                 "preprocessing_metadata": json.dumps({
                     "tool_call_count": o.tool_call_count,
@@ -178,10 +180,18 @@ def _none_if_na(value: object) -> object:
     return None if value is None or (isinstance(value, float) and pd.isna(value)) else value
 
 
+def _threshold(value: object) -> int | None:
+    """A recorded limit, or None for tables written before it was recorded."""
+    value = _none_if_na(value)
+    return int(value) if isinstance(value, numbers.Real) else None
+
+
 def clip_tasks(clips: pd.DataFrame, preprocessed: pd.DataFrame) -> list[ClipTask]:
     """Judge inputs, each clip knowing the calls made before it in its trajectory."""
     tasks_by_tid = dict(zip(preprocessed["trajectory_id"], preprocessed["task_description"],
                             strict=True))
+    limits = (dict(zip(preprocessed["trajectory_id"], preprocessed["beta_threshold"],
+                       strict=True)) if "beta_threshold" in preprocessed.columns else {})
     tasks: list[ClipTask] = []
     for tid, group in clips.groupby("trajectory_id", sort=False):
         earlier: list[str] = []
@@ -194,7 +204,8 @@ def clip_tasks(clips: pd.DataFrame, preprocessed: pd.DataFrame) -> list[ClipTask
             )
             tasks.append(ClipTask(trajectory_id=tid, clip_index=int(clip["clip_index"]),
                                   tool_type=clip["tool_type"],
-                                  task_description=tasks_by_tid.get(tid, ""), clip=view))
+                                  task_description=tasks_by_tid.get(tid, ""), clip=view,
+                                  beta_threshold=_threshold(limits.get(tid))))
             if clip["tool_call"]:
                 earlier.append(f"{clip['tool_name']}:{' '.join(clip['action_input'].split())}")
     return tasks

@@ -8,9 +8,9 @@ to the drop's lines, so a quarantined record still names the line the user can o
 from __future__ import annotations
 
 import json
-import math
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -70,26 +70,48 @@ def split_drop(drop: Path, batches_dir: Path, split_size: int,
         manifests.append(BatchManifest(partition_key=key, drop_file=str(drop.resolve()),
                                        batch_file=target.name, fingerprint=fingerprint))
     else:
-        records: list[tuple[int, bytes]] = []
-        with drop.open("rb") as fh:
-            for lineno, raw in enumerate(fh, start=1):
-                if raw.strip():
-                    records.append((lineno, raw if raw.endswith(b"\n") else raw + b"\n"))
-        for i in range(max(1, math.ceil(len(records) / split_size))):
-            chunk = records[i * split_size:(i + 1) * split_size]
-            key = f"{base}{i + 1:02d}"
-            target = out_dir / f"{key}.jsonl"
-            with target.open("wb") as fh:
-                fh.writelines(raw for _, raw in chunk)
-            manifests.append(BatchManifest(partition_key=key, drop_file=str(drop.resolve()),
-                                           batch_file=target.name,
-                                           lines=[n for n, _ in chunk],
-                                           fingerprint=fingerprint))
+        manifests = list(_split_lines(drop, out_dir, base, split_size, fingerprint))
     for manifest in manifests:
         (out_dir / (manifest.batch_file + MANIFEST_SUFFIX)).write_text(
             manifest.model_dump_json(indent=2), "utf-8"
         )
     return manifests
+
+
+def _split_lines(drop: Path, out_dir: Path, base: str, split_size: int, fingerprint: str
+                 ) -> Iterator[BatchManifest]:
+    """Stream the drop into batch files: memory holds one line, never the drop.
+
+    A drop with no record still gets one (empty) batch, so it shows up in the run.
+    """
+    drop_file = str(drop.resolve())
+    index, lines, out = 0, [], None
+    with drop.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            if out is None:
+                index += 1
+                out = (out_dir / f"{base}{index:02d}.jsonl").open("wb")
+            out.write(raw if raw.endswith(b"\n") else raw + b"\n")
+            lines.append(lineno)
+            if len(lines) == split_size:
+                out.close()
+                yield _manifest(base, index, drop_file, lines, fingerprint)
+                out, lines = None, []
+    if out is not None:
+        out.close()
+        yield _manifest(base, index, drop_file, lines, fingerprint)
+    elif index == 0:
+        (out_dir / f"{base}01.jsonl").write_bytes(b"")
+        yield _manifest(base, 1, drop_file, [], fingerprint)
+
+
+def _manifest(base: str, index: int, drop_file: str, lines: list[int], fingerprint: str
+              ) -> BatchManifest:
+    key = f"{base}{index:02d}"
+    return BatchManifest(partition_key=key, drop_file=drop_file, batch_file=f"{key}.jsonl",
+                         lines=lines, fingerprint=fingerprint)
 
 
 def find_batch(batches_dir: Path, partition_key: str) -> tuple[Path, BatchManifest]:

@@ -57,9 +57,6 @@ class ToolRegistry(BaseModel):
                     return tool_type
         return GENERIC_TOOL_TYPE
 
-    def is_known_name(self, name: str | None) -> bool:
-        return self.tool_type_for_name(name) != GENERIC_TOOL_TYPE
-
 
 def _norm(name: str) -> str:
     """Case and dash insensitive: ``Tavily-Search`` and ``tavily_search`` are one tool."""

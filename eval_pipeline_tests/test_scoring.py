@@ -1,4 +1,5 @@
 import json
+import statistics
 
 import pandas as pd
 import pytest
@@ -72,3 +73,21 @@ def test_summary_rows_carry_the_original_fields():
     assert row["full_response_with_evaluations"].startswith("<think>a</think><answer>b</answer>"
                                                             "\n<clip_evaluation>")
     assert '"task_completion": 1.0' in row["full_response_with_evaluations"]
+
+
+def test_blocks_at_one_offset_come_out_last_given_first():
+    text = "AAA|BBB|"
+    out = embed_evaluations(text, [(4, "<a>"), (4, "<b>"), (0, "<c>"), (99, "<d>")])
+    assert out == "<c>AAA|<b><a>BBB|<d>"
+
+
+def test_three_judges_average_exactly_as_fmean_and_keep_their_order():
+    judges = {name: _rows([(0, "microsandbox", {"m": value, "n": 1.0})])
+              for name, value in (("z", 0.1), ("a", 0.2), ("m", 0.3))}
+    row = average_judgments(judges).iloc[0]
+    # fsum-exact (0.19999999999999998), not a naive float sum (0.20000000000000004)
+    assert json.loads(row["scores"]) == {"m": statistics.fmean([0.1, 0.2, 0.3]), "n": 1.0}
+    assert row["mean_score"] == statistics.fmean([statistics.fmean([0.1, 0.2, 0.3]), 1.0])
+    assert json.loads(row["judges"]) == ["a", "m", "z"]
+    assert row["summary"] == "Combined evaluation: s0 | s0 | s0"
+    assert row["spread"] == pytest.approx(0.2)

@@ -41,6 +41,9 @@ class ClipTask(BaseModel):
     tool_type: str
     task_description: str
     clip: ClipView
+    beta_threshold: int | None = Field(
+        default=None, description="The tool-call limit preprocessing applied to the "
+        "trajectory (None: not recorded, the default applies)")
 
 
 class JudgeRequest(BaseModel):
@@ -65,6 +68,8 @@ class JudgeRequest(BaseModel):
         description="sequence_optimality: the trajectory's tool clips in order, so a "
         "non-LLM judge can read the calls without parsing the prompt",
     )
+    beta_threshold: int | None = Field(
+        default=None, description="sequence_optimality: the tool-call limit the run used")
 
 
 class JudgeReply(BaseModel):

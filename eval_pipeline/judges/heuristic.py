@@ -369,9 +369,11 @@ def react_verdict(request: JudgeRequest) -> tuple[bool, str, list[str]]:
             if _failed(call):
                 failed_before.add(sig)
         after_answer = sum(1 for c in calls if c.has_answer)
-        too_many = len(calls) > BETA_THRESHOLD
+        # The threshold the run preprocessed with (--beta-threshold), not the default.
+        limit = BETA_THRESHOLD if request.beta_threshold is None else request.beta_threshold
+        too_many = len(calls) > limit
         signals = [
-            f"{len(calls)} tool call(s) (beta threshold {BETA_THRESHOLD})"
+            f"{len(calls)} tool call(s) (beta threshold {limit})"
             + (", over the threshold" if too_many else ""),
             f"{consecutive} consecutive identical call(s)",
             f"{retries} identical retry(ies) of a failed call",

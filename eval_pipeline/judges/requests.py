@@ -109,7 +109,7 @@ def build_react_requests(tasks: Sequence[ClipTask], evaluations: Sequence[str] =
             task_description=first.task_description, previous_context="",
             # The closing clip (answer or not) stands for the trajectory's end.
             clip=closing.clip if closing else ClipView(content=""),
-            sequence=[t.clip for t in tool_clips],
+            sequence=[t.clip for t in tool_clips], beta_threshold=first.beta_threshold,
             system_prompt=system, user_prompt=user, template_version=templates_version(),
         ))
     return requests

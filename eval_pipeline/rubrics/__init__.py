@@ -133,7 +133,6 @@ class ReactEvaluation(BaseModel):
     title: str
     positive: str
     negative: str
-    per: str  # "clip" or "trajectory"
 
     @property
     def metric(self) -> str:
@@ -159,13 +158,13 @@ class ReactEvaluation(BaseModel):
 REACT_EVALUATIONS: dict[str, ReactEvaluation] = {
     EVAL_THOUGHT_TO_TOOL: ReactEvaluation(
         kind=EVAL_THOUGHT_TO_TOOL, title="Thought-to-Tool", positive="correct",
-        negative="incorrect", per="clip"),
+        negative="incorrect"),
     EVAL_QUERY_TO_THOUGHT: ReactEvaluation(
         kind=EVAL_QUERY_TO_THOUGHT, title="Query-to-Thought", positive="correct",
-        negative="incorrect", per="clip"),
+        negative="incorrect"),
     EVAL_SEQUENCE_OPTIMALITY: ReactEvaluation(
         kind=EVAL_SEQUENCE_OPTIMALITY, title="Sequence Optimality", positive="optimal",
-        negative="suboptimal", per="trajectory"),
+        negative="suboptimal"),
 }
 
 
