@@ -64,6 +64,10 @@ class JudgeConfig(BaseModel):
     )
     output_price_per_mtok: float | None = None
     budget_usd: float | None = Field(default=None, description="Stop issuing calls past this.")
+    context_budget_chars: int | None = Field(
+        default=None, ge=0,
+        description="Cap on the earlier-clip summaries in a clip prompt (characters): the "
+        "most recent that fit are kept. None: unbounded, as the original tool.")
     evaluations: list[str] = Field(
         default_factory=lambda: list(ALL_EVALUATIONS),
         description="Evaluation kinds this judge produces: clip_rubric, thought_to_tool, "
