@@ -19,7 +19,13 @@ from eval_pipeline.judges import make_judge
 from eval_pipeline.judges.base import Judge
 from eval_pipeline.judges.cache import JudgeCache, default_cache_path
 from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline.judges.runner import ClipTask, JudgeRuntime, JudgmentRow, run_judge
+from eval_pipeline.judges.runner import (
+    ClipTask,
+    JudgeJob,
+    JudgeRuntime,
+    JudgmentRow,
+    run_job,
+)
 
 # JudgeConfig fields carried by the resource; None means "not set in the judges file".
 _CONFIG_FIELDS = tuple(JudgeConfig.model_fields)
@@ -49,6 +55,7 @@ class LLMJudgeResource(dg.ConfigurableResource):
     input_price_per_mtok: float | None = None
     output_price_per_mtok: float | None = None
     budget_usd: float | None = None
+    context_budget_chars: int | None = None
     evaluations: list[str] | None = Field(
         default=None, description="Evaluation kinds to produce (default: all four)")
     api_key: str | None = Field(default=None, description="Bound from EnvVar(api_key_env)")
@@ -64,7 +71,7 @@ class LLMJudgeResource(dg.ConfigurableResource):
         return JudgeConfig(**{k: v for k, v in values.items() if v is not None})
 
     def build(self) -> Judge:
-        """The provider client; the caller closes it (``run_judge`` does)."""
+        """The provider client; the caller closes it (a :class:`JudgeJob` run does)."""
         return make_judge(self.judge_config(), self.api_key)
 
     def open_cache(self) -> JudgeCache | None:
@@ -78,13 +85,16 @@ class LLMJudgeResource(dg.ConfigurableResource):
                                         retry_base_s=self.retry_base_s,
                                         breaker_threshold=self.breaker_threshold)
 
+    def job(self, cache: JudgeCache | None = None) -> JudgeJob:
+        """This judge's share of a run, for ``run_judges``; the caller closes ``cache``."""
+        return JudgeJob(self.build(), self.runtime(cache), self.judge_config().evaluations)
+
     async def run(self, tasks: Sequence[ClipTask]) -> list[JudgmentRow]:
-        """Judge every clip with cache, limits and budget; raises CircuitOpenError."""
-        config = self.judge_config()
+        """Judge every clip with cache, limits and budget: a row for every judgment, failed
+        rows (never an exception) when the provider fails or the breaker opens."""
         cache = self.open_cache()
         try:
-            return await run_judge(self.build(), tasks, config.concurrency,
-                                   self.runtime(cache), evaluations=config.evaluations)
+            return (await run_job(self.job(cache), tasks)).rows
         finally:
             if cache is not None:
                 cache.close()

@@ -87,10 +87,9 @@ class JudgeReply(BaseModel):
 class JudgeError(Exception):
     """A provider call that failed for good; ``raw_response`` keeps what came back, if any."""
 
-    def __init__(self, message: str, raw_response: str = "", retryable: bool = False):
+    def __init__(self, message: str, raw_response: str = ""):
         super().__init__(message)
         self.raw_response = raw_response
-        self.retryable = retryable
 
 
 class Judge(Protocol):

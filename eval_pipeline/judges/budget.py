@@ -17,7 +17,6 @@ class BudgetGuard:
         self.budget_usd = budget_usd
         self.spent_usd = 0.0
         self.reserved_usd = 0.0
-        self.refused = 0
         self._changed: asyncio.Condition | None = None
 
     def _fits(self, amount: float) -> bool:
@@ -33,7 +32,6 @@ class BudgetGuard:
         async with self._changed:
             while not self._fits(worst_case_usd):
                 if self.reserved_usd <= 0:
-                    self.refused += 1
                     return False
                 await self._changed.wait()
             self.reserved_usd += worst_case_usd

@@ -14,11 +14,12 @@ from eval_pipeline.judges.base import JudgeError
 
 
 class TransientJudgeError(JudgeError):
-    """Worth retrying: 429, 5xx, timeouts, connection resets."""
+    """Worth retrying: 429 (``rate_limited``: back-pressure, not a failure), 5xx, timeouts,
+    connection resets."""
 
     def __init__(self, message: str, *, retry_after: float | None = None,
                  rate_limited: bool = False, raw_response: str = ""):
-        super().__init__(message, raw_response=raw_response, retryable=True)
+        super().__init__(message, raw_response=raw_response)
         self.retry_after = retry_after
         self.rate_limited = rate_limited
 
@@ -32,17 +33,9 @@ class InvalidOutput(JudgeError):
 
     def __init__(self, message: str, *, raw_response: str = "", tokens_in: int = 0,
                  tokens_out: int = 0):
-        super().__init__(message, raw_response=raw_response, retryable=False)
+        super().__init__(message, raw_response=raw_response)
         self.tokens_in = tokens_in
         self.tokens_out = tokens_out
-
-
-class CircuitOpenError(RuntimeError):
-    """Raised out of a run so the Dagster step fails; finished calls stay in the cache."""
-
-    def __init__(self, message: str, rows: list | None = None):
-        super().__init__(message)
-        self.rows = rows or []
 
 
 # Provider error bodies echo keys in masked forms ("sk-abc...wxyz"); scrub anything key-shaped.

@@ -18,15 +18,16 @@ from pydantic import BaseModel
 from tabulate import tabulate
 
 from eval_pipeline.judges._common import estimate_tokens
+from eval_pipeline.judges.base import ClipTask
 from eval_pipeline.judges.cache import JudgeCache, cache_key
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import call_identity, resolve_endpoint
 from eval_pipeline.judges.pricing import price_for
-from eval_pipeline.judges.runner import ClipTask, build_react_requests, build_request
+from eval_pipeline.judges.requests import build_react_requests, build_request, chain_context
 from eval_pipeline.rubrics import EVAL_KIND_CLIP
 
 TYPICAL_OUTPUT_TOKENS = 350
-_PLACEHOLDER_SUMMARY = " [Previous: " + "x" * 140 + "]"
+_PLACEHOLDER_SUMMARY = "x" * 140  # a typical summary's length
 
 
 class JudgeEstimate(BaseModel):
@@ -107,18 +108,21 @@ def _estimate_one(tasks: Sequence[ClipTask], config: JudgeConfig,
             tokens_in += estimate_tokens(request.system_prompt, request.user_prompt)
         if EVAL_KIND_CLIP not in config.evaluations:
             continue
-        context, hits_so_far = "", True
+        summaries: list[str] = []
+        hits_so_far = True
         for task in sorted(trajectory, key=lambda t: t.clip_index):
-            request = build_request(task, context.strip())
+            context, _ = chain_context(summaries, config.context_budget_chars)
+            request = build_request(task, context)
             hit = cache.get(cache_key(identity, request)) if cache and hits_so_far else None
             if hit is not None:
                 cached += 1
-                context += f" [Previous: {hit.summary}]"
+                if hit.summary:  # as the run's chain: an empty summary adds nothing
+                    summaries.append(hit.summary)
                 continue
             hits_so_far = False
             calls += 1
             tokens_in += estimate_tokens(request.system_prompt, request.user_prompt)
-            context += _PLACEHOLDER_SUMMARY
+            summaries.append(_PLACEHOLDER_SUMMARY)
     tokens_out = calls * min(output_tokens, config.max_tokens)
     return JudgeEstimate(
         judge=config.name, provider=config.provider, model=endpoint.model, clips=len(tasks),

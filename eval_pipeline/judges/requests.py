@@ -26,7 +26,31 @@ from eval_pipeline.rubrics import (
     tool_definitions,
 )
 
-__all__ = ["build_react_requests", "build_request", "prompt_hash", "repair_request"]
+__all__ = ["build_react_requests", "build_request", "chain_context", "prompt_hash",
+           "repair_request"]
+
+
+def chain_context(summaries: Sequence[str], budget_chars: int | None = None
+                  ) -> tuple[str, int]:
+    """The earlier clips' summaries as the next prompt's ``previous_context``, and how many
+    were left out.
+
+    Unbounded (``None``, the original tool's behaviour) the context grows with the clip
+    index; with a budget, the most recent whole summaries that fit in ``budget_chars``
+    characters are kept (a summary is never cut), so prompt size stops growing.
+    """
+    parts = [f"[Previous: {s}]" for s in summaries]
+    if budget_chars is None:
+        return " ".join(parts), 0
+    kept: list[str] = []
+    used = 0
+    for part in reversed(parts):
+        cost = len(part) + (1 if kept else 0)
+        if used + cost > budget_chars:
+            break
+        kept.append(part)
+        used += cost
+    return " ".join(reversed(kept)), len(parts) - len(kept)
 
 
 def build_request(task: ClipTask, previous_context: str) -> JudgeRequest:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
@@ -37,6 +38,9 @@ class JudgmentRow(BaseModel):
     cached: bool = False
     attempts: int = Field(default=0, description="Provider requests made, retries included")
     repaired: bool = Field(default=False, description="Valid only after the repair attempt")
+    reply_mode: str = Field(default="", description="The judge's reply mode for this row")
+    context_dropped: int = Field(
+        default=0, description="Earlier clip summaries left out by context_budget_chars")
 
 
 class RunSummary(BaseModel):
@@ -52,6 +56,8 @@ class RunSummary(BaseModel):
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
+    reply_modes: dict[str, int] = Field(
+        default_factory=dict, description="Rows per reply mode (after any fallback)")
 
 
 def summarize_rows(rows: Sequence[JudgmentRow]) -> RunSummary:
@@ -66,4 +72,5 @@ def summarize_rows(rows: Sequence[JudgmentRow]) -> RunSummary:
         tokens_in=sum(r.tokens_in for r in rows if not r.cached),
         tokens_out=sum(r.tokens_out for r in rows if not r.cached),
         cost_usd=round(sum(r.cost_usd for r in rows), 8),
+        reply_modes=dict(Counter(r.reply_mode for r in rows if r.reply_mode)),
     )

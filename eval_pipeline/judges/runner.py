@@ -1,58 +1,46 @@
-"""Run one judge over a batch of clips: context chaining, validation, failed rows.
+"""Run judges over a batch of clips: request-level scheduling, context chains, one row each.
 
 Clips of one trajectory are judged in order on their rubric, because each prompt carries
-the summaries of the earlier clips (the original tool's context chain); trajectories run
-concurrently. The ReAct evaluations (thought-to-tool and query-to-thought per tool clip,
-sequence optimality per trajectory) do not use that chain: each is an independent request
-and runs concurrently with everything else under the same limits. Whatever goes wrong,
-every requested judgment gets exactly one row, and a failed row carries no scores.
+the summaries of the earlier clips (the original tool's context chain, bounded by
+``context_budget_chars`` when set). The ReAct evaluations (thought-to-tool and
+query-to-thought per tool clip, sequence optimality per trajectory) are independent
+requests. Every request of a judge's run goes through that judge's one
+:class:`~eval_pipeline.judges.limits.CallLimiter`: a chain holds a slot only while one of its
+requests is in flight, so with enough trajectories the provider sees ``concurrency``
+requests at all times. Waiting requests are served longest remaining chain first (the
+critical path of the run; Hu's list scheduling for chains), then the independent ones.
 
-Per call, in order: the cache (a hit costs nothing), the circuit breaker, the budget, the
-rate limits, then the provider with retries on transient failures. An answer that is not
-valid earns one repair attempt (the error goes back to the model); after that the row
-fails with the error and the raw answer. If the breaker opens, the run raises
-:class:`CircuitOpenError` once in-flight calls finish, so the step fails while the cache
-keeps every finished call and a rerun resumes where this one stopped.
+Whatever goes wrong, every requested judgment gets exactly one row and a failed row carries
+no scores. A judge whose circuit breaker opens stops calling its provider; its judgments
+not yet done become failed rows ("circuit breaker open: <reason>") and nothing is raised:
+the cache keeps every finished call, so a rerun resumes where this one stopped. Several
+judges run at the same time in one event loop (:func:`run_judges`); one dead provider never
+costs the others' work.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import time
-from collections.abc import Sequence
+import dataclasses
+import logging
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval_pipeline.judges._common import estimate_tokens
-from eval_pipeline.judges.base import ClipTask, Judge, JudgeError, JudgeReply, JudgeRequest
-from eval_pipeline.judges.breaker import CircuitBreaker
-from eval_pipeline.judges.budget import BudgetGuard
-from eval_pipeline.judges.cache import JudgeCache, cache_key
-from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline.judges.errors import (
-    CircuitOpenError,
-    FatalProviderError,
-    InvalidOutput,
-    redact,
-)
+from eval_pipeline.judges.base import ClipTask, Judge, JudgeRequest
+from eval_pipeline.judges.errors import redact
+from eval_pipeline.judges.judgment import JudgeRuntime, judge_one
 from eval_pipeline.judges.limits import CallLimiter
-from eval_pipeline.judges.pricing import Price, price_for
 from eval_pipeline.judges.reply import InvalidReply, validate_reply
-from eval_pipeline.judges.requests import (
-    build_react_requests,
-    build_request,
-    prompt_hash,
-    repair_request,
-)
-from eval_pipeline.judges.retry import RetryPolicy, with_retries
+from eval_pipeline.judges.requests import build_react_requests, build_request, chain_context
 from eval_pipeline.judges.rows import JudgmentRow, RunSummary, summarize_rows
 from eval_pipeline.rubrics import ALL_EVALUATIONS, EVAL_KIND_CLIP
 
 __all__ = [
-    "CircuitOpenError",
     "ClipTask",
     "InvalidReply",
+    "JudgeJob",
+    "JudgeRunResult",
     "JudgeRuntime",
     "JudgmentRow",
     "RunSummary",
@@ -60,247 +48,136 @@ __all__ = [
     "build_request",
     "judge_one",
     "run_judge",
+    "run_judges",
     "summarize_rows",
     "validate_reply",
 ]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
-class JudgeRuntime:
-    """The per-run machinery around one judge: cache, limits, retries, breaker, budget.
+class JudgeJob:
+    """One judge's share of a run: the judge, its per-run machinery, what it evaluates.
 
-    Built once per run (limiters bind to the running event loop). ``JudgeRuntime()`` with
-    no arguments is the plain runner: no cache, no limits, no budget.
+    ``close``: close the judge's client when its run ends (the job owns the judge).
     """
 
-    cache: JudgeCache | None = None
-    limiter: CallLimiter | None = None
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
-    budget: BudgetGuard = field(default_factory=lambda: BudgetGuard(None))
-    price: Price | None = None
-    max_tokens: int = 2000
-
-    @classmethod
-    def from_config(cls, config: JudgeConfig, *, cache: JudgeCache | None = None,
-                    retry_base_s: float = 0.5, breaker_threshold: int = 3) -> JudgeRuntime:
-        local = False
-        model = config.model
-        if config.provider != "heuristic":
-            from eval_pipeline.judges.presets import resolve_endpoint
-
-            endpoint = resolve_endpoint(config)
-            local, model = endpoint.local, endpoint.model
-        price = price_for(config, model, local=local)
-        if config.budget_usd is not None and price is None:
-            raise ValueError(
-                f"judge {config.name!r}: budget_usd is set but model {model!r} has no known "
-                "price; set input_price_per_mtok and output_price_per_mtok"
-            )
-        return cls(
-            cache=cache if config.provider != "heuristic" else None,
-            limiter=CallLimiter(config.concurrency, config.requests_per_minute,
-                                config.tokens_per_minute),
-            retry=RetryPolicy(max_retries=config.max_retries, base_delay_s=retry_base_s),
-            breaker=CircuitBreaker(breaker_threshold),
-            budget=BudgetGuard(config.budget_usd),
-            price=price,
-            max_tokens=config.max_tokens,
-        )
-
-    def cost(self, tokens_in: int, tokens_out: int) -> float:
-        return self.price.cost(tokens_in, tokens_out) if self.price else 0.0
-
-    def worst_case_cost(self, request: JudgeRequest) -> float:
-        return self.cost(estimate_tokens(request.system_prompt, request.user_prompt),
-                         self.max_tokens)
+    judge: Judge
+    runtime: JudgeRuntime = field(default_factory=JudgeRuntime)
+    evaluations: Sequence[str] = ALL_EVALUATIONS
+    close: bool = True
 
 
 @dataclass
-class _Tally:
-    attempts: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
+class JudgeRunResult:
+    """What one judge produced: a row for every requested judgment, and how it went."""
+
+    name: str
+    rows: list[JudgmentRow]
+    summary: RunSummary
+    reply_mode: str
+    reply_mode_note: str | None
+    breaker_open: bool
+    breaker_reason: str | None
+    rate_limited: int = 0  # 429s the provider answered
+    lowest_concurrency: int | None = None  # the adaptive limit's lowest point, after 429s
 
 
-async def _call(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime,
-                tally: _Tally) -> JudgeReply:
-    estimated = estimate_tokens(request.system_prompt, request.user_prompt) + runtime.max_tokens
+async def _judge_chain(judge: Judge, tasks: list[ClipTask], runtime: JudgeRuntime
+                       ) -> list[JudgmentRow]:
+    """A trajectory's clips in order, each prompt carrying the earlier clips' summaries.
 
-    async def once() -> JudgeReply:
-        tally.attempts += 1
-        if runtime.limiter is None:
-            return await judge.score(request)
-        async with runtime.limiter.slot(estimated):
-            return await judge.score(request)
-
-    try:
-        reply = await with_retries(once, runtime.retry,
-                                   should_stop=lambda: runtime.breaker.is_open)
-    except InvalidOutput as exc:
-        tally.tokens_in += exc.tokens_in
-        tally.tokens_out += exc.tokens_out
-        runtime.breaker.record_success()  # the provider answered; the model was wrong
-        raise
-    except FatalProviderError as exc:
-        runtime.breaker.record_failure(str(exc), fatal=True)
-        raise
-    except JudgeError as exc:
-        runtime.breaker.record_failure(str(exc))
-        raise
-    tally.tokens_in += reply.tokens_in
-    tally.tokens_out += reply.tokens_out
-    runtime.breaker.record_success()
-    return reply
-
-
-async def judge_one(judge: Judge, request: JudgeRequest,
-                    runtime: JudgeRuntime | None = None) -> JudgmentRow:
-    runtime = runtime or JudgeRuntime()
-    secrets = tuple(getattr(judge, "secrets", ()) or ())
-    base: dict[str, Any] = {
-        "trajectory_id": request.trajectory_id,
-        "clip_index": request.clip_index,
-        "evaluation_kind": request.evaluation_kind,
-        "tool_type": request.tool_type,
-        "judge": judge.name,
-        "provider": judge.provider,
-        "model": judge.model,
-        "previous_context": request.previous_context,
-        "prompt_hash": prompt_hash(request),
-        "template_version": request.template_version,
-    }
-    started = time.perf_counter()
-    tally = _Tally()
-
-    def finish(status: str, *, error: str | None = None, raw: str = "",
-               reply: JudgeReply | None = None, scores: dict[str, float] | None = None,
-               cached: bool = False, repaired: bool = False) -> JudgmentRow:
-        ok = status == "ok"
-        return JudgmentRow(
-            **base, status=status, success=ok,
-            scores=json.dumps(scores) if ok and scores is not None else "{}",
-            label=reply.label if ok and reply else None,
-            summary=reply.summary if ok and reply else "",
-            reasoning=reply.reasoning if ok and reply else "",
-            raw_response=redact(reply.raw_response if ok and reply else raw, secrets),
-            error=redact(error, secrets) if error else None,
-            tokens_in=tally.tokens_in if not cached else (reply.tokens_in if reply else 0),
-            tokens_out=tally.tokens_out if not cached else (reply.tokens_out if reply else 0),
-            cost_usd=0.0 if cached else runtime.cost(tally.tokens_in, tally.tokens_out),
-            latency_s=time.perf_counter() - started, cached=cached,
-            attempts=tally.attempts, repaired=repaired,
-        )
-
-    identity = getattr(judge, "cache_identity", None)
-    key = cache_key(identity(), request) if runtime.cache is not None and identity else None
-    if key is not None and runtime.cache is not None:
-        hit = await runtime.cache.aget(key)
-        if hit is not None:
-            try:
-                return finish("ok", reply=hit, scores=validate_reply(
-                    hit, request.metrics, request.labels), cached=True)
-            except InvalidReply:
-                pass  # an entry from an older rubric shape: ask again
-    if runtime.breaker.is_open:
-        return finish("skipped", error=f"circuit breaker open: {runtime.breaker.reason}")
-
-    attempt_request = request
-    first_error: str | None = None
-    raw = ""
-    for repair in (False, True):
-        worst = runtime.worst_case_cost(attempt_request)
-        if not await runtime.budget.reserve(worst):
-            if not repair:
-                return finish("skipped", error=runtime.budget.refusal_reason())
-            return finish("failed", raw=raw,
-                          error=f"invalid output: {first_error}; repair not attempted: "
-                                f"{runtime.budget.refusal_reason()}")
-        spent_before = runtime.cost(tally.tokens_in, tally.tokens_out)
-        try:
-            reply = await _call(judge, attempt_request, runtime, tally)
-            scores = validate_reply(reply, request.metrics, request.labels)
-        except (InvalidOutput, InvalidReply) as exc:
-            raw = getattr(exc, "raw_response", "") or ""
-            if not repair:
-                first_error = str(exc)
-                attempt_request = repair_request(request, first_error, raw, secrets)
-                continue
-            return finish("failed", raw=raw,
-                          error=f"invalid output after one repair attempt: {exc} "
-                                f"(first attempt: {first_error})")
-        except JudgeError as exc:
-            return finish("failed", raw=getattr(exc, "raw_response", "") or "",
-                          error=str(exc))
-        except Exception as exc:  # a provider bug must still leave a failed row, not a hole
-            return finish("failed", error=f"{type(exc).__name__}: {exc}")
-        finally:
-            await runtime.budget.settle(
-                worst, runtime.cost(tally.tokens_in, tally.tokens_out) - spent_before)
-        if key is not None and runtime.cache is not None:
-            await runtime.cache.aput(key, judge.name, judge.model, reply)
-        return finish("ok", reply=reply, scores=scores, repaired=repair)
-    raise AssertionError("unreachable")
-
-
-async def _judge_trajectory(judge: Judge, tasks: list[ClipTask], gate: asyncio.Semaphore,
-                            runtime: JudgeRuntime) -> list[JudgmentRow]:
+    A request's priority is minus the requests its chain still has to make, so the longest
+    remaining chains go first whenever requests wait for a slot.
+    """
     rows: list[JudgmentRow] = []
-    previous_context = ""
-    async with gate:
-        for task in sorted(tasks, key=lambda t: t.clip_index):
-            if runtime.breaker.is_open:
-                break
-            row = await judge_one(judge, build_request(task, previous_context.strip()),
-                                  runtime)
-            rows.append(row)
-            if row.success and row.summary:
-                previous_context += f" [Previous: {row.summary}]"
+    summaries: list[str] = []
+    ordered = sorted(tasks, key=lambda t: t.clip_index)
+    for done, task in enumerate(ordered):
+        context, dropped = chain_context(summaries, runtime.context_budget_chars)
+        row = await judge_one(judge, build_request(task, context), runtime,
+                              priority=-(len(ordered) - done), context_dropped=dropped)
+        rows.append(row)
+        if row.success and row.summary:
+            summaries.append(row.summary)
     return rows
 
 
-async def _judge_gated(judge: Judge, request: JudgeRequest, gate: asyncio.Semaphore,
-                       runtime: JudgeRuntime) -> list[JudgmentRow]:
-    async with gate:
-        return [await judge_one(judge, request, runtime)]
+async def _judge_single(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime
+                        ) -> list[JudgmentRow]:
+    return [await judge_one(judge, request, runtime, priority=-1)]
+
+
+async def _close(judge: Judge) -> None:
+    try:
+        await judge.aclose()
+    except Exception as exc:  # closing a client must not cost the rows
+        log.warning("judge %s: closing the client failed: %s", judge.name, exc)
+
+
+async def run_job(job: JudgeJob, tasks: Sequence[ClipTask], concurrency: int = 4
+                  ) -> JudgeRunResult:
+    """Judge every clip on each requested evaluation kind; never raises.
+
+    Rows come grouped by trajectory: its clip-rubric rows in clip order, then its ReAct
+    rows. ``concurrency`` applies only when the runtime has no limiter of its own.
+    """
+    judge, runtime = job.judge, job.runtime
+    if runtime.limiter is None:
+        runtime = dataclasses.replace(runtime, limiter=CallLimiter(concurrency))
+    kinds = set(job.evaluations)
+    by_trajectory: dict[str, list[ClipTask]] = {}
+    for task in tasks:
+        by_trajectory.setdefault(task.trajectory_id, []).append(task)
+    # (requests the unit makes, position in the output, the unit)
+    units: list[tuple[int, int, Coroutine[Any, Any, list[JudgmentRow]]]] = []
+    for trajectory in by_trajectory.values():
+        if EVAL_KIND_CLIP in kinds:
+            units.append((len(trajectory), len(units),
+                          _judge_chain(judge, trajectory, runtime)))
+        for request in build_react_requests(trajectory, job.evaluations):
+            units.append((1, len(units), _judge_single(judge, request, runtime)))
+    # Started longest first: the first requests take free slots without queueing, so the
+    # start order is the priority order there.
+    units.sort(key=lambda unit: (-unit[0], unit[1]))
+    try:
+        results = await asyncio.gather(*(unit for _, _, unit in units))
+    finally:
+        if job.close:
+            await _close(judge)
+    in_order = sorted(zip((position for _, position, _ in units), results, strict=True))
+    rows = [row for _, unit_rows in in_order for row in unit_rows]
+    limiter = runtime.limiter
+    assert limiter is not None
+    reason = runtime.breaker.reason
+    return JudgeRunResult(
+        name=judge.name, rows=rows, summary=summarize_rows(rows),
+        reply_mode=str(getattr(judge, "reply_mode", "") or ""),
+        reply_mode_note=getattr(judge, "reply_mode_note", None),
+        breaker_open=runtime.breaker.is_open,
+        breaker_reason=redact(reason, tuple(getattr(judge, "secrets", ()) or ()))
+        if reason else None,
+        rate_limited=limiter.rate_limited,
+        lowest_concurrency=limiter.lowest_limit if limiter.rate_limited else None,
+    )
 
 
 async def run_judge(judge: Judge, tasks: Sequence[ClipTask], concurrency: int = 4,
                     runtime: JudgeRuntime | None = None, *, close: bool = True,
                     evaluations: Sequence[str] = ALL_EVALUATIONS) -> list[JudgmentRow]:
-    """Judge every clip on each requested evaluation kind (the judge's ``evaluations``).
+    """The rows of one judge (see :func:`run_job`); never raises."""
+    job = JudgeJob(judge, runtime or JudgeRuntime(), evaluations, close)
+    return (await run_job(job, tasks, concurrency)).rows
 
-    Returns one row per (clip or trajectory, kind), or raises :class:`CircuitOpenError` if
-    the breaker opened. Rows come grouped by trajectory: its clip-rubric rows in clip
-    order, then its ReAct rows.
-    """
-    runtime = runtime or JudgeRuntime()
-    kinds = set(evaluations)
-    by_trajectory: dict[str, list[ClipTask]] = {}
-    for task in tasks:
-        by_trajectory.setdefault(task.trajectory_id, []).append(task)
-    gate = asyncio.Semaphore(concurrency)
-    jobs = []
-    expected = 0
-    for trajectory in by_trajectory.values():
-        if EVAL_KIND_CLIP in kinds:
-            jobs.append(_judge_trajectory(judge, trajectory, gate, runtime))
-            expected += len(trajectory)
-        for request in build_react_requests(trajectory, evaluations):
-            jobs.append(_judge_gated(judge, request, gate, runtime))
-            expected += 1
-    try:
-        results = await asyncio.gather(*jobs)
-    finally:
-        if close:
-            await judge.aclose()
-    rows = [row for rows in results for row in rows]
-    if runtime.breaker.is_open:
-        done = sum(r.status == "ok" for r in rows)
-        secrets = tuple(getattr(judge, "secrets", ()) or ())
-        unit = "clips" if kinds == {EVAL_KIND_CLIP} else "judgments"
-        raise CircuitOpenError(redact(
-            f"judge {judge.name!r} ({judge.provider}, {judge.model}): circuit breaker open, "
-            f"stopped calling the provider: {runtime.breaker.reason}. {done} of {expected} "
-            f"{unit} finished and are cached; rerun to resume from there.", secrets), rows)
-    return rows
+
+async def run_judges(jobs: Sequence[JudgeJob], tasks: Sequence[ClipTask]
+                     ) -> dict[str, JudgeRunResult]:
+    """All judges at the same time in this event loop, each through its own limiter;
+    keyed by judge name. One judge's failure (an open breaker, a dead provider) leaves
+    failed rows in its own result and never touches the others'."""
+    names = [job.judge.name for job in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"judge names must be unique in one run: {names}")
+    results = await asyncio.gather(*(run_job(job, tasks) for job in jobs))
+    return {result.name: result for result in results}

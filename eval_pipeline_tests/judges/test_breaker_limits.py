@@ -1,13 +1,10 @@
-"""The circuit breaker (stop, fail clearly, resume from the cache) and the call limits."""
+"""The circuit breaker (stop, leave failed rows, resume from the cache) and the call limits."""
 
 from __future__ import annotations
 
 import time
 
-import pytest
-
 from eval_pipeline.judges.cache import JudgeCache
-from eval_pipeline.judges.errors import CircuitOpenError
 from eval_pipeline.judges.limits import CallLimiter
 from eval_pipeline_tests.judges import fake_servers as fs
 from eval_pipeline_tests.judges.conftest import make_tasks
@@ -20,11 +17,18 @@ def test_breaker_stops_a_failing_provider_and_the_batch_resumes(openai_server, t
     # one at a time: two clips succeed, then the provider goes down
     openai_server.push(fs.OK, fs.OK, *[fs.status(503)] * 50)
     config = openai_config(openai_server, concurrency=1, max_retries=1)
-    with pytest.raises(CircuitOpenError, match="circuit breaker open") as info:
-        run(config, tasks, cache=cache, breaker_threshold=3)
+    rows = run(config, tasks, cache=cache, breaker_threshold=3)
     # 3 failed calls x 2 attempts each, then no more hammering
     assert openai_server.calls == 2 + 3 * 2
-    assert "2 of 12 clips finished" in str(info.value) and "HTTP 503" in str(info.value)
+    # every clip has a row: 2 ok, 3 that failed on the provider, the rest not tried
+    assert len(rows) == 12 and sum(r.status == "ok" for r in rows) == 2
+    failed = [r for r in rows if r.status == "failed"]
+    assert len(failed) == 10 and all(r.scores == "{}" for r in failed)
+    assert sum(r.attempts == 2 and "after 2 attempts" in (r.error or "") for r in failed) == 3
+    not_tried = [r for r in failed if r.attempts == 0]
+    assert len(not_tried) == 7
+    assert all((r.error or "").startswith("circuit breaker open") and "HTTP 503" in r.error
+               for r in not_tried)
     assert len(cache) == 2
 
     openai_server.script.clear()  # the provider recovers
@@ -37,18 +41,19 @@ def test_breaker_stops_a_failing_provider_and_the_batch_resumes(openai_server, t
 
 def test_breaker_bounds_calls_under_concurrency(anthropic_server):
     anthropic_server.push(*[fs.status(500)] * 200)
-    with pytest.raises(CircuitOpenError):
-        run(anthropic_config(anthropic_server, concurrency=4, max_retries=1),
-            make_tasks(10, 3), breaker_threshold=3)
+    rows = run(anthropic_config(anthropic_server, concurrency=4, max_retries=1),
+               make_tasks(10, 3), breaker_threshold=3)
+    assert len(rows) == 30 and all(r.status == "failed" for r in rows)
     # at most threshold + (concurrency - 1) calls were in progress, 2 attempts each
     assert anthropic_server.calls <= (3 + 3) * 2
 
 
 def test_auth_failure_opens_the_breaker_at_once(openai_server, tasks):
     openai_server.push(*[fs.status(401)] * 10)
-    with pytest.raises(CircuitOpenError, match="HTTP 401"):
-        run(openai_config(openai_server, concurrency=1), tasks)
+    rows = run(openai_config(openai_server, concurrency=1), tasks)
     assert openai_server.calls == 1
+    assert all(r.status == "failed" and "HTTP 401" in (r.error or "") for r in rows)
+    assert sum("circuit breaker open" in (r.error or "") for r in rows) == len(tasks) - 1
 
 
 def test_rate_limiting_alone_does_not_open_the_breaker(openai_server, tasks):

@@ -38,8 +38,8 @@ def test_rerun_makes_no_call_and_flags_rows_cached(openai_server, tasks, cache):
 
 
 def test_failures_are_not_cached_so_a_rerun_retries_only_them(openai_server, tasks, cache):
-    # one at a time: t0/0, t0/1, t0/2 (fails), t1/0, t1/1, t1/2
-    openai_server.push(fs.OK, fs.OK, fs.status(500))
+    # one at a time, longest remaining chain first: t0/0, t1/0, t0/1, t1/1, t0/2 (fails), t1/2
+    openai_server.push(fs.OK, fs.OK, fs.OK, fs.OK, fs.status(500))
     rows = run(openai_config(openai_server, max_retries=0, concurrency=1), tasks, cache=cache,
                breaker_threshold=99)
     assert [(r.trajectory_id, r.clip_index) for r in rows if r.status == "failed"] == [("t0", 2)]

@@ -13,7 +13,6 @@ import pytest
 
 from eval_pipeline.judges import PROVIDERS, make_judge
 from eval_pipeline.judges.config import JudgeConfig, Provider
-from eval_pipeline.judges.errors import CircuitOpenError
 from eval_pipeline.judges.heuristic import HeuristicJudge
 from eval_pipeline.judges.presets import resolve_endpoint
 from eval_pipeline.judges.runner import ClipTask, JudgeRuntime, JudgmentRow, run_judge
@@ -35,11 +34,8 @@ def judge_and_rows(config: JudgeConfig, tasks: Sequence[ClipTask], api_key: str 
     async def go() -> tuple[Any, list[JudgmentRow]]:
         judge = make_judge(config, api_key)
         runtime = JudgeRuntime.from_config(config, retry_base_s=0.01)
-        try:
-            return judge, await run_judge(judge, tasks, config.concurrency, runtime,
-                                          evaluations=config.evaluations)
-        except CircuitOpenError as exc:  # older runners raise when the breaker opens
-            return judge, exc.rows
+        return judge, await run_judge(judge, tasks, config.concurrency, runtime,
+                                      evaluations=config.evaluations)
 
     return asyncio.run(go())
 

@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from eval_pipeline.judges import make_judge
-from eval_pipeline.judges.errors import CircuitOpenError, redact
+from eval_pipeline.judges.errors import redact
 from eval_pipeline.resources import judge_resources
 from eval_pipeline_tests.judges import fake_servers as fs
 from eval_pipeline_tests.judges.conftest import SECRET, make_tasks
@@ -43,10 +43,10 @@ def test_key_is_sent_but_never_lands_in_rows_or_logs(server, caplog):
 
 def test_breaker_error_does_not_carry_the_key(server):
     server.push(*[fs.status(401, echo_key=True)] * 3)
-    with pytest.raises(CircuitOpenError) as info:
-        run(_config(server), make_tasks(1, 2))
-    assert SECRET not in str(info.value)
-    assert all(SECRET not in r.model_dump_json() for r in info.value.rows)
+    rows = run(_config(server), make_tasks(1, 2))
+    assert [r.status for r in rows] == ["failed", "failed"]
+    assert "circuit breaker open" in (rows[1].error or "")
+    assert all(SECRET not in r.model_dump_json() for r in rows)
 
 
 def test_judge_repr_hides_the_key(server):
@@ -85,9 +85,11 @@ def test_dagster_resource_binds_key_from_envvar_and_never_shows_it(openai_server
     for event in result.all_events:
         assert SECRET not in str(event)
 
-    # a fatal provider error fails the step with a clear, key-free message
+    # a fatal provider error leaves a failed row with a clear, key-free message (the clip
+    # that succeeded before comes from the cache)
     openai_server.push(*[fs.status(401, echo_key=True)] * 3)
-    failed = dg.materialize([judged], resources=resources, raise_on_error=False)
-    assert not failed.success
+    failed = dg.materialize([judged], resources=resources)
+    materialization = failed.asset_materializations_for_node("judged")[0]
+    assert materialization.metadata["statuses"].value == "failed,ok"
     text = "\n".join(str(e) for e in failed.all_events)
-    assert "circuit breaker open" in text and SECRET not in text
+    assert "HTTP 401" in text and SECRET not in text
