@@ -90,6 +90,30 @@ def summary_lines(tables: dict[str, pd.DataFrame], batches: int,
     return lines
 
 
+JUDGMENTS_FAILED = 3
+
+
+def failed_judges(tables: dict[str, pd.DataFrame], judges: Sequence[JudgeConfig]
+                  ) -> dict[str, str]:
+    """Judge name -> one line, for each judge that gave nothing usable: every judgment
+    failed, or its breaker opened. Its rows are still in the tables; the other judges'
+    averages stand."""
+    lines: dict[str, str] = {}
+    for judge in judges:
+        table = tables.get(f"judgments__{judge.name}", pd.DataFrame())
+        if not len(table):
+            continue
+        ok = int((table["status"] == "ok").sum())
+        errors = [e for e in table["error"] if isinstance(e, str) and e]
+        breaker = next((e for e in errors if "circuit breaker open" in e), None)
+        if ok and breaker is None:
+            continue
+        first = breaker or (errors[0] if errors else "no error recorded")
+        lines[judge.name] = (f"judge {judge.name!r} failed: {ok} of {len(table)} judgments "
+                             f"ok; {' '.join(first.split())[:300]}")
+    return lines
+
+
 def _positive(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -192,11 +216,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     batches = len(list((args.output / "batches").glob("*/*.manifest.json")))
     lines = summary_lines(tables, batches, judges)
+    failures = failed_judges(tables, judges)
+    if failures:
+        lines.insert(0, ("JUDGES FAILED", ", ".join(failures)))
     print(tabulate(lines, headers=["", "value"], tablefmt="simple"))
     print(f"\nwrote {args.output / 'evaluated.jsonl'} and "
           f"{len(tables)} asset tables to {args.output}/")
     print(f"Dagster instance: {os.environ['DAGSTER_HOME']} (open it with dagster dev)")
-    return 0
+    for line in failures.values():
+        print(f"eval-pipeline: {line}", file=sys.stderr)
+    return JUDGMENTS_FAILED if failures else 0
 
 
 if __name__ == "__main__":

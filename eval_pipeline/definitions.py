@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from eval_pipeline.assets.ingest import clips, preprocessed_trajectories, raw_trajectories
-from eval_pipeline.assets.judging import build_averaged_scores_asset, build_judgment_asset
+from eval_pipeline.assets.judging import build_averaged_scores_asset, build_judgments_asset
 from eval_pipeline.assets.routing import routing_checks
 from eval_pipeline.assets.summaries import build_summary_assets
 from eval_pipeline.automation import (
@@ -37,7 +37,7 @@ def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
         preprocessed_trajectories,
         clips,
         routing_checks,
-        *(build_judgment_asset(j) for j in judges),
+        build_judgments_asset(judges),
         build_averaged_scores_asset(judges),
         *build_summary_assets(judges),
     ]

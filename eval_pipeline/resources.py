@@ -10,6 +10,7 @@ judge layer that imports dagster.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -19,13 +20,17 @@ from eval_pipeline.judges import make_judge
 from eval_pipeline.judges.base import Judge
 from eval_pipeline.judges.cache import JudgeCache, default_cache_path
 from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.judges.errors import redact
+from eval_pipeline.judges.requests import build_react_requests, build_request, prompt_hash
 from eval_pipeline.judges.runner import (
     ClipTask,
     JudgeJob,
     JudgeRuntime,
     JudgmentRow,
     run_job,
+    run_judge,
 )
+from eval_pipeline.rubrics import EVAL_KIND_CLIP
 
 # JudgeConfig fields carried by the resource; None means "not set in the judges file".
 _CONFIG_FIELDS = tuple(JudgeConfig.model_fields)
@@ -98,6 +103,66 @@ class LLMJudgeResource(dg.ConfigurableResource):
         finally:
             if cache is not None:
                 cache.close()
+
+
+    async def run_result(self, tasks: Sequence[ClipTask]) -> JudgeOutcome:
+        """Like :meth:`run`, but never raises: a dead provider or an open breaker leaves a
+        failed row, with the error, for every judgment it did not make."""
+        config = self.judge_config()
+        identity = {"judge": config.name, "provider": config.provider,
+                    "model": config.model or ""}
+        mode, note = "", None
+        try:
+            judge = self.build()
+            identity = {"judge": judge.name, "provider": judge.provider, "model": judge.model}
+            cache = self.open_cache()
+            try:
+                rows = await run_judge(judge, tasks, config.concurrency, self.runtime(cache),
+                                       evaluations=config.evaluations)
+            finally:
+                if cache is not None:
+                    cache.close()
+                mode = getattr(judge, "reply_mode", "")
+                note = getattr(judge, "reply_mode_note", None)
+            return JudgeOutcome(config.name, rows, mode, note)
+        except Exception as exc:  # the other judges' work must survive any failure here
+            error = redact(f"{type(exc).__name__}: {exc}", (self.api_key,))
+            rows = []
+        rows += failed_rows(tasks, config.evaluations, rows, error, identity)
+        return JudgeOutcome(config.name, rows, mode, note, failed=error)
+
+
+@dataclass
+class JudgeOutcome:
+    """What one judge did in a run; ``failed`` says why it stopped, if it did."""
+
+    name: str
+    rows: list[JudgmentRow]
+    reply_mode: str
+    reply_mode_note: str | None
+    failed: str | None = None
+
+
+def failed_rows(tasks: Sequence[ClipTask], evaluations: Sequence[str],
+                done: Sequence[JudgmentRow], error: str, identity: dict[str, str]
+                ) -> list[JudgmentRow]:
+    """A failed row for every requested judgment not in ``done`` (every judgment accounted
+    for, no score invented)."""
+    have = {(r.trajectory_id, r.clip_index, r.evaluation_kind) for r in done}
+    by_trajectory: dict[str, list[ClipTask]] = {}
+    for task in tasks:
+        by_trajectory.setdefault(task.trajectory_id, []).append(task)
+    requests = []
+    for trajectory in by_trajectory.values():
+        if EVAL_KIND_CLIP in evaluations:
+            requests += [build_request(t, "") for t in trajectory]
+        requests += build_react_requests(trajectory, evaluations)
+    return [JudgmentRow(
+        trajectory_id=r.trajectory_id, clip_index=r.clip_index,
+        evaluation_kind=r.evaluation_kind, tool_type=r.tool_type, **identity,
+        status="failed", success=False, scores="{}", error=error,
+        prompt_hash=prompt_hash(r), template_version=r.template_version,
+    ) for r in requests if (r.trajectory_id, r.clip_index, r.evaluation_kind) not in have]
 
 
 def judge_resource(config: JudgeConfig, **settings: object) -> LLMJudgeResource:

@@ -57,13 +57,23 @@ def test_dg_sees_the_project(project_root):
     assert "All definitions loaded successfully" in result.stdout + result.stderr
 
 
-def test_llm_judges_share_a_pool_and_the_heuristic_does_not():
-    judges = [JudgeConfig(name="heuristic"),
-              JudgeConfig(name="gpt", provider="openai", model="gpt-4.1-mini",
-                          api_key_env="OPENAI_API_KEY")]
-    graph = build_definitions(judges).resolve_asset_graph()
+def test_llm_judges_take_the_judge_pool_and_the_heuristic_alone_does_not():
+    gpt = JudgeConfig(name="gpt", provider="openai", model="gpt-4.1-mini",
+                      api_key_env="OPENAI_API_KEY")
+    graph = build_definitions([JudgeConfig(name="heuristic"), gpt]).resolve_asset_graph()
     assert graph.get(dg.AssetKey(["judgments", "gpt"])).pools == {"judge_api"}
-    assert not graph.get(dg.AssetKey(["judgments", "heuristic"])).pools
+    alone = build_definitions([JudgeConfig(name="heuristic")]).resolve_asset_graph()
+    assert not alone.get(dg.AssetKey(["judgments", "heuristic"])).pools
+
+
+def test_judges_are_separate_assets_of_one_step_that_can_run_alone():
+    judges = [JudgeConfig(name="a"), JudgeConfig(name="b", model="heuristic-v2")]
+    graph = build_definitions(judges).resolve_asset_graph()
+    key_a, key_b = dg.AssetKey(["judgments", "a"]), dg.AssetKey(["judgments", "b"])
+    node = graph.get(key_a).assets_def
+    assert node is graph.get(key_b).assets_def and node.can_subset
+    assert graph.get(key_a).code_version != graph.get(key_b).code_version
+    assert {c.asset_key for c in node.check_keys} == {key_a, key_b}
 
 
 def test_the_ui_location_reads_the_judges_file_and_assets_dir_from_the_environment(

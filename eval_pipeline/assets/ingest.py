@@ -29,7 +29,7 @@ def selected(context: dg.AssetExecutionContext,
     chosen_outputs = context.op_execution_context.selected_output_names
     for name, (frames, metadata) in outputs.items():
         if name in chosen_outputs:
-            yield per_batch_output(context, frames, metadata, asset=name)
+            yield per_batch_output(context, frames, metadata, output=name)
     chosen = context.selected_asset_check_keys
     yield from (c for c in checks if dg.AssetCheckKey(c.asset_key, c.check_name) in chosen)
 

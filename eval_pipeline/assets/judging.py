@@ -6,8 +6,10 @@ so changing one judge's model or a rubric makes exactly the affected branch stal
 """
 
 
+import asyncio
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Sequence
 
 import dagster as dg
@@ -20,6 +22,7 @@ from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
 from eval_pipeline.judges.runner import JudgmentRow, summarize_rows
 from eval_pipeline.partitions import batches_backfill_policy, batches_partitions_def
+from eval_pipeline.resources import JudgeOutcome
 from eval_pipeline.rubrics import templates_version
 from eval_pipeline.scoring import average_judgments
 from eval_pipeline.versions import source_version
@@ -52,45 +55,73 @@ def resource_key(config: JudgeConfig) -> str:
     return f"judge_{config.name}"
 
 
-def build_judgment_asset(config: JudgeConfig) -> dg.AssetsDefinition:
-    key = resource_key(config)
-    model = effective_model(config)
+def output_name(config: JudgeConfig) -> str:
+    return f"judgments_{config.name}"
 
-    @dg.asset(
-        name=config.name,
-        key_prefix=["judgments"],
+
+def _kind(config: JudgeConfig) -> str:
+    if config.provider == "heuristic":
+        return "heuristic"
+    return "openai" if config.provider.startswith("openai") else "anthropic"
+
+
+def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition:
+    """All judges in one step, each its own asset (``judgments/<name>``, own code version).
+
+    The selected judges run at the same time in one event loop over every batch of the run,
+    as the original tool evaluates each clip with all models in parallel. A judge that fails
+    leaves failed rows and never costs the others their work.
+    """
+    by_output = {output_name(c): c for c in configs}
+    outs = {name: dg.AssetOut(
+        key=judgment_asset_key(c),
+        description=f"Judgments from judge '{c.name}' ({c.provider}, {effective_model(c)}): "
+        f"{', '.join(c.evaluations)} (clip_rubric: the rubric of each clip's tool type; the "
+        "ReAct kinds: a label per tool clip or per trajectory).",
+        kinds={"pandas", "parquet", _kind(c)},
+        code_version=judge_code_version(c),
+        is_required=False,
+    ) for name, c in by_output.items()}
+    llm = any(c.provider != "heuristic" for c in configs)
+
+    @dg.multi_asset(
+        name="judgments",
+        outs=outs,
         partitions_def=batches_partitions_def,
         backfill_policy=batches_backfill_policy,
         group_name=JUDGING_GROUP,
-        kinds={"pandas", "parquet", "heuristic" if config.provider == "heuristic" else "openai"
-               if config.provider.startswith("openai") else "anthropic"},
-        code_version=judge_code_version(config),
-        required_resource_keys={key},
-        pool=None if config.provider == "heuristic" else JUDGE_POOL,
-        description=f"Judgments from judge '{config.name}' ({config.provider}, {model}): "
-        f"{', '.join(config.evaluations)} (clip_rubric: the rubric of each clip's tool "
-        "type; the ReAct kinds: a label per tool clip or per trajectory).",
-        check_specs=[dg.AssetCheckSpec("scores_in_unit_interval",
-                                       asset=dg.AssetKey(["judgments", config.name]))],
+        can_subset=True,
+        required_resource_keys={resource_key(c) for c in configs},
+        pool=JUDGE_POOL if llm else None,
+        check_specs=[dg.AssetCheckSpec("scores_in_unit_interval", asset=judgment_asset_key(c))
+                     for c in configs],
     )
-    async def _judgments(context: dg.AssetExecutionContext,
-                         clips: dict[str, pd.DataFrame],
-                         preprocessed_trajectories: dict[str, pd.DataFrame]):
+    async def judgments(context: dg.AssetExecutionContext, clips: dict[str, pd.DataFrame],
+                        preprocessed_trajectories: dict[str, pd.DataFrame]):
+        chosen = [c for name, c in by_output.items()
+                  if name in context.op_execution_context.selected_output_names]
         batches = list(context.partition_keys)
         tasks = {b: ingest.clip_tasks(clips[b], preprocessed_trajectories[b]) for b in batches}
-        # One judge run over every batch of the run: one scheduler, one set of limits.
-        rows = await getattr(context.resources, key).run(
-            [t for b in batches for t in tasks[b]])
-        split = rows_by_batch(rows, tasks)
-        tables = {b: judgment_table(r) for b, r in split.items()}
-        out_of_range = {b: n for b, t in tables.items() if (n := out_of_range_scores(t))}
-        yield per_batch_output(context, tables, {
-            b: judgment_metadata(config, model, split[b], table) for b, table in tables.items()})
-        yield dg.AssetCheckResult(passed=not out_of_range, metadata={
-            "out_of_range": sum(out_of_range.values()),
-            "failed_batches": dg.MetadataValue.json(out_of_range)})
+        every_task = [t for b in batches for t in tasks[b]]
+        outcomes = await asyncio.gather(*(
+            getattr(context.resources, resource_key(c)).run_result(every_task) for c in chosen))
+        for config, outcome in zip(chosen, outcomes, strict=True):
+            if outcome.failed:
+                context.log.error(f"judge {config.name!r} failed: {outcome.failed}")
+            split = rows_by_batch(outcome.rows, tasks)
+            tables = {b: judgment_table(r) for b, r in split.items()}
+            metadata = {b: judgment_metadata(config, split[b], tables[b], outcome)
+                        for b in batches}
+            out_of_range = {b: n for b, t in tables.items() if (n := out_of_range_scores(t))}
+            yield per_batch_output(context, tables, metadata, output_name(config),
+                                   judgment_asset_key(config))
+            yield dg.AssetCheckResult(
+                asset_key=judgment_asset_key(config), check_name="scores_in_unit_interval",
+                passed=not out_of_range, metadata={
+                    "out_of_range": sum(out_of_range.values()),
+                    "failed_batches": dg.MetadataValue.json(out_of_range)})
 
-    return _judgments
+    return judgments
 
 
 def rows_by_batch(rows: Sequence[JudgmentRow], tasks: dict[str, list[ClipTask]]
@@ -112,15 +143,21 @@ def out_of_range_scores(table: pd.DataFrame) -> int:
     return sum(any(not 0.0 <= v <= 1.0 for v in json.loads(s).values()) for s in ok["scores"])
 
 
-def judgment_metadata(config: JudgeConfig, model: str, rows: Sequence[JudgmentRow],
-                      table: pd.DataFrame) -> dict[str, object]:
+def judgment_metadata(config: JudgeConfig, rows: Sequence[JudgmentRow], table: pd.DataFrame,
+                      outcome: JudgeOutcome) -> dict[str, object]:
     """What the UI shows for one batch of one judge's judgments."""
     totals = summarize_rows(rows)
     ok = table[table["status"] == "ok"]
+    modes = Counter(getattr(r, "reply_mode", "") or outcome.reply_mode for r in rows)
     return {
         "judge": config.name,
         "provider": config.provider,
-        "model": model,
+        "model": effective_model(config),
+        "judge.reply_mode": outcome.reply_mode or "n/a",
+        "reply_mode_note": outcome.reply_mode_note or "",
+        "reply_modes": dg.MetadataValue.json(dict(modes)),
+        "context_dropped": sum(getattr(r, "context_dropped", 0) for r in rows),
+        "judge_failed": outcome.failed or "",
         "template_version": templates_version(),
         "rows": totals.rows,
         "ok": totals.ok,

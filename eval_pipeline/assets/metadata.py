@@ -35,12 +35,13 @@ def metric_means(scores: pd.Series) -> dict[str, float]:
 
 
 def per_batch_output(context: dg.AssetExecutionContext, frames: dict[str, pd.DataFrame],
-                     metadata: dict[str, dict[str, object]], asset: str | None = None,
-                     ) -> dg.Output:
+                     metadata: dict[str, dict[str, object]], output: str | None = None,
+                     asset_key: dg.AssetKey | str | None = None) -> dg.Output:
     """The run's tables, one per batch, each batch's metadata on its own materialization.
 
-    ``asset`` names the output of a multi-asset (its key); None for a single asset.
+    ``output`` names the output of a multi-asset (``asset_key`` its key, if not the same);
+    None for a single asset.
     """
     for batch, values in metadata.items():
-        context.add_asset_metadata(values, asset_key=asset, partition_key=batch)
-    return dg.Output(frames, output_name=asset or "result")
+        context.add_asset_metadata(values, asset_key=asset_key or output, partition_key=batch)
+    return dg.Output(frames, output_name=output or "result")

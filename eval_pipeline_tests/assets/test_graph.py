@@ -6,8 +6,9 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.partitions import range_tags
-from eval_pipeline_tests.dagster_helpers import PER_BATCH, stage_drop
+from eval_pipeline_tests.dagster_helpers import PER_BATCH, build_definitions_for, stage_drop
 
 
 def _materialize(defs, key, instance, selection=PER_BATCH):
@@ -159,3 +160,17 @@ def test_a_report_over_one_batch_names_that_batch(project_root, tmp_path, instan
                           selection=dg.AssetSelection.assets("evaluation_report")).success
     report = pd.read_parquet(tmp_path / "assets" / "evaluation_report.parquet")
     assert list(report["batch"]) == [key, "ALL"]
+
+
+def test_one_judge_of_several_can_be_materialized_alone(project_root, tmp_path, instance):
+    drop = project_root / "data" / "incoming" / "sample_malformed.jsonl"
+    keys = stage_drop(drop, tmp_path, instance)[0]
+    defs = build_definitions_for(tmp_path, [JudgeConfig(name="a"), JudgeConfig(name="b")])
+    selection = (dg.AssetSelection.assets("raw_trajectories", "preprocessed_trajectories",
+                                          "clips", ["judgments", "b"]))
+    result = _materialize(defs, keys[0], instance, selection)
+    assert result.success
+    assert (tmp_path / "assets" / "judgments" / "b" / f"{keys[0]}.parquet").exists()
+    assert not (tmp_path / "assets" / "judgments" / "a").exists()
+    assert {c.asset_key.to_user_string() for c in result.get_asset_check_evaluations()
+            if c.check_name == "scores_in_unit_interval"} == {"judgments/b"}

@@ -8,6 +8,7 @@ tables or the Dagster instance.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,7 @@ def _all_bytes_contain(root: Path, needle: str) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and data in p.read_bytes()]
 
 
+@pytest.mark.slow
 def test_cli_run_with_llm_judges_rerun_costs_nothing(openai_server, anthropic_server, tmp_path,
                                                      monkeypatch, capsys, project_root):
     sample = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
@@ -125,3 +127,74 @@ def test_cli_run_against_servers_without_structured_output(tmp_path, monkeypatch
     finally:
         refusing.stop()
         no_tools.stop()
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_a_dead_judge_beside_a_live_one_costs_it_nothing(tmp_path, monkeypatch, capsys,
+                                                          project_root):
+    sample = project_root / "data" / "incoming" / "sample_malformed.jsonl"
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("E2E_OPENAI_KEY", KEY)
+    judges = tmp_path / "judges.yaml"
+    judges.write_text(
+        "judges:\n"
+        "  - name: rules\n    provider: heuristic\n"
+        "  - name: gpt\n    provider: openai\n    model: gpt-4.1-mini\n"
+        f"    base_url: http://127.0.0.1:{_closed_port()}/v1\n"
+        "    api_key_env: E2E_OPENAI_KEY\n    max_retries: 0\n    timeout_s: 5\n",
+        "utf-8")
+    out = tmp_path / "out"
+    code = main(["run", str(sample), "--output", str(out), "--judges", str(judges)])
+    printed = capsys.readouterr()
+    assert code == 3
+    assert "judge 'gpt' failed: 0 of" in printed.err and "rules" not in printed.err
+    assert "JUDGES FAILED" in printed.out
+    gpt = pd.read_parquet(out / "judgments__gpt.parquet")
+    rules = pd.read_parquet(out / "judgments__rules.parquet")
+    # Every judgment of the dead judge accounted for, failed with its error, no score.
+    assert len(gpt) == len(rules) and (gpt["status"] == "failed").all()
+    assert gpt["error"].str.len().gt(0).all() and (gpt["scores"] == "{}").all()
+    assert (rules["status"] == "ok").all()
+    averaged = pd.read_parquet(out / "averaged_scores.parquet")
+    assert (averaged["n_judges_succeeded"] == 1).all() and (averaged["status"] == "ok").all()
+    kept = pd.read_parquet(out / "preprocessed_trajectories.parquet")
+    evaluated = (out / "evaluated.jsonl").read_text("utf-8").splitlines()
+    assert len(evaluated) == len(kept) > 0
+    assert (out / "evaluation_report.parquet").exists()
+
+
+@pytest.mark.slow
+def test_the_judges_of_a_run_call_their_providers_at_the_same_time(
+        tmp_path, monkeypatch, project_root):
+    from eval_pipeline_tests.judges.fake_servers import FakeLLMServer
+
+    servers = [FakeLLMServer("openai", latency_s=0.1).start(),
+               FakeLLMServer("anthropic", latency_s=0.1).start()]
+    try:
+        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+        monkeypatch.setenv("E2E_OPENAI_KEY", KEY)
+        monkeypatch.setenv("E2E_ANTHROPIC_KEY", ANT_KEY)
+        judges = tmp_path / "judges.yaml"
+        judges.write_text(
+            "judges:\n"
+            "  - name: gpt\n    provider: openai\n    model: gpt-4.1-mini\n"
+            f"    base_url: {servers[0].base_url}\n    api_key_env: E2E_OPENAI_KEY\n"
+            "  - name: claude\n    provider: anthropic\n"
+            f"    base_url: {servers[1].base_url}\n    api_key_env: E2E_ANTHROPIC_KEY\n",
+            "utf-8")
+        sample = project_root / "data" / "incoming" / "sample_malformed.jsonl"
+        assert main(["run", str(sample), "--output", str(tmp_path / "out"),
+                     "--judges", str(judges)]) == 0
+        # Each provider was busy while the other was: their busy spans overlap.
+        spans = [(s._first_at, s._changed_at) for s in servers]
+        assert all(s.calls > 0 for s in servers)
+        assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]
+    finally:
+        for server in servers:
+            server.stop()
