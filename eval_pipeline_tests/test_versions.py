@@ -26,3 +26,15 @@ def test_every_asset_has_a_code_version_and_tables_differ_by_what_shapes_them():
     assert versions["raw_trajectories"] != versions["clips"]
     assert versions["judgments/heuristic"] not in {versions["clips"], versions["averaged_scores"]}
     assert dg.AssetKey("evaluation_report") in graph.get_all_asset_keys()
+
+
+def test_judge_version_follows_what_shapes_its_answers_not_its_limits():
+    from eval_pipeline.assets.judging import judge_code_version
+
+    base = JudgeConfig(name="j", provider="openai_compatible", base_url="http://h/v1")
+    version = judge_code_version(base)
+    for change in ({"output_mode": "json_object"}, {"context_budget_chars": 500},
+                   {"score_steps": 5}, {"max_tokens": 10}):
+        assert judge_code_version(base.model_copy(update=change)) != version, change
+    for limit in ({"concurrency": 32}, {"requests_per_minute": 60.0}, {"timeout_s": 5.0}):
+        assert judge_code_version(base.model_copy(update=limit)) == version, limit

@@ -34,13 +34,16 @@ _MODULE = {"heuristic": "heuristic", "openai": "openai_judge",
            "openai_compatible": "openai_judge", "anthropic": "anthropic_judge"}
 # Fields that change the answer a judge gives; limits and prices do not. ``evaluations``
 # changes which rows the asset holds, so it versions the asset too.
-_ANSWER_SHAPING = ("provider", "model", "base_url", "preset", "temperature", "max_tokens",
-                   "evaluations")
+_ANSWER_SHAPING = ("provider", "model", "base_url", "preset", "project", "location",
+                   "output_mode", "schema_bounds", "score_steps", "temperature", "max_tokens",
+                   "context_budget_chars", "evaluations")
 
 
 def judge_code_version(config: JudgeConfig) -> str:
     shaping = config.model_dump_json(include=set(_ANSWER_SHAPING))
-    modules = ["eval_pipeline.judges.runner", f"eval_pipeline.judges.{_MODULE[config.provider]}"]
+    modules = ["eval_pipeline.judges.runner", "eval_pipeline.judges.judgment",
+               "eval_pipeline.judges.requests", "eval_pipeline.judges.reply",
+               f"eval_pipeline.judges.{_MODULE[config.provider]}"]
     if config.provider != "heuristic":
         modules += ["eval_pipeline.judges.sdk_judge", "eval_pipeline.judges.schema"]
     code = source_version(*modules)
@@ -190,7 +193,7 @@ def build_averaged_scores_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefi
         backfill_policy=batches_backfill_policy,
         group_name=JUDGING_GROUP,
         kinds={"pandas", "parquet"},
-        code_version=source_version("eval_pipeline.scoring"),
+        code_version=source_version("eval_pipeline.scoring.averaging"),
     )
     def averaged_scores(context: dg.AssetExecutionContext,
                         **judgments: dict[str, pd.DataFrame]) -> dg.Output:

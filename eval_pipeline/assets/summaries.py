@@ -34,7 +34,7 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         backfill_policy=batches_backfill_policy,
         group_name=SUMMARY_GROUP,
         kinds={"pandas", "parquet"},
-        code_version=source_version("eval_pipeline.scoring", "eval_pipeline.report"),
+        code_version=source_version("eval_pipeline.scoring.summaries", "eval_pipeline.report"),
     )
     def trajectory_summaries(
         context: dg.AssetExecutionContext,
