@@ -48,6 +48,7 @@ class LLMJudgeResource(dg.ConfigurableResource):
     output_mode: str | None = None
     schema_bounds: bool | None = None
     score_steps: int | None = None
+    text_max_chars: int | None = None
     project: str | None = None
     location: str | None = None
     temperature: float | None = None

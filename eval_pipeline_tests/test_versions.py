@@ -34,7 +34,8 @@ def test_judge_version_follows_what_shapes_its_answers_not_its_limits():
     base = JudgeConfig(name="j", provider="openai_compatible", base_url="http://h/v1")
     version = judge_code_version(base)
     for change in ({"output_mode": "json_object"}, {"context_budget_chars": 500},
-                   {"score_steps": 5}, {"max_tokens": 10}):
+                   {"score_steps": 5}, {"max_tokens": 10},
+                   {"text_max_chars": 50}):
         assert judge_code_version(base.model_copy(update=change)) != version, change
     for limit in ({"concurrency": 32}, {"requests_per_minute": 60.0}, {"timeout_s": 5.0}):
         assert judge_code_version(base.model_copy(update=limit)) == version, limit

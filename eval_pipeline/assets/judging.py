@@ -35,7 +35,8 @@ _MODULE = {"heuristic": "heuristic", "openai": "openai_judge",
 # Fields that change the answer a judge gives; limits and prices do not. ``evaluations``
 # changes which rows the asset holds, so it versions the asset too.
 _ANSWER_SHAPING = ("provider", "model", "base_url", "preset", "project", "location",
-                   "output_mode", "schema_bounds", "score_steps", "temperature", "max_tokens",
+                   "output_mode", "schema_bounds", "score_steps", "text_max_chars",
+                   "temperature", "max_tokens",
                    "context_budget_chars", "evaluations")
 
 

@@ -49,6 +49,11 @@ class JudgeConfig(BaseModel):
         default=None, ge=1, le=100,
         description="Send each score as an enum of steps+1 evenly spaced values in [0, 1], "
         "for grammar engines that ignore bounds on numbers (llama.cpp); None: the preset's.")
+    text_max_chars: int | None = Field(
+        default=None, ge=1,
+        description="maxLength on the reply's free-text fields (reasoning, summary, "
+        "explanation) in the wire schema, for grammar engines: a small model cannot run on "
+        "until max_tokens cuts its JSON off. None: the preset's (local servers: 2000).")
     project: str | None = Field(default=None, description="Vertex AI: the Google Cloud project")
     location: str | None = Field(
         default=None, description="Vertex AI: the region (e.g. us-central1) or global")

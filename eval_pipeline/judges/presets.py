@@ -45,8 +45,15 @@ class Preset(BaseModel):
     # steps, each score is an enum of steps+1 evenly spaced values in [0, 1], which a grammar
     # does enforce.
     score_steps: int | None = None
+    # maxLength on the free-text fields. Grammar engines (llama.cpp, Ollama, vLLM) enforce it,
+    # so a runaway explanation ends inside the token budget instead of being cut off mid-JSON
+    # (SmolLM2 repeated one sentence until max_tokens). Hosted strict modes do not list the
+    # keyword, so only the local presets send it.
+    text_max_chars: int | None = None
     vertex: bool = False  # base_url is VERTEX_URL, filled from project and location
 
+
+LOCAL_TEXT_MAX_CHARS = 2000
 
 PRESETS: dict[str, Preset] = {
     p.name: p
@@ -76,13 +83,15 @@ PRESETS: dict[str, Preset] = {
         # Local servers: no key, free, grammar-constrained decoding of a JSON schema.
         Preset(name="vllm", provider="openai_compatible", base_url="http://localhost:8000/v1",
                default_model="Qwen/Qwen2.5-7B-Instruct", output_mode="json_schema",
-               requires_key=False, local=True),
+               requires_key=False, local=True, text_max_chars=LOCAL_TEXT_MAX_CHARS),
         Preset(name="ollama", provider="openai_compatible",
                base_url="http://localhost:11434/v1", default_model="qwen2.5:7b",
-               output_mode="json_schema", requires_key=False, local=True),
+               output_mode="json_schema", requires_key=False, local=True,
+               text_max_chars=LOCAL_TEXT_MAX_CHARS),
         Preset(name="llamacpp", provider="openai_compatible",
                base_url="http://localhost:8080/v1", default_model="local-model",
-               output_mode="json_schema", requires_key=False, local=True, score_steps=20),
+               output_mode="json_schema", requires_key=False, local=True, score_steps=20,
+               text_max_chars=LOCAL_TEXT_MAX_CHARS),
     ]
 }
 PRESETS["llama.cpp"] = PRESETS["llama_cpp"] = PRESETS["llamacpp"]
@@ -104,6 +113,7 @@ class ResolvedEndpoint(BaseModel):
     local: bool
     schema_bounds: bool
     score_steps: int | None
+    text_max_chars: int | None
 
 
 def preset_for(config: JudgeConfig) -> Preset | None:
@@ -176,6 +186,7 @@ def resolve_endpoint(config: JudgeConfig) -> ResolvedEndpoint:
         local=preset.local if preset else False,
         schema_bounds=bounds if config.schema_bounds is None else config.schema_bounds,
         score_steps=config.score_steps or (preset.score_steps if preset else None),
+        text_max_chars=config.text_max_chars or (preset.text_max_chars if preset else None),
     )
 
 

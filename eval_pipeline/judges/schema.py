@@ -44,14 +44,20 @@ def _object(properties: dict[str, Any]) -> dict[str, Any]:
             "additionalProperties": False}
 
 
+def _text(description: str, max_chars: int | None) -> dict[str, Any]:
+    field: dict[str, Any] = {"type": "string", "description": description}
+    if max_chars:
+        field["maxLength"] = max_chars
+    return field
+
+
 @lru_cache(maxsize=128)
 def _wire_schema(metrics: tuple[str, ...], labels: tuple[str, ...], bounds: bool,
-                 steps: int | None) -> str:
+                 steps: int | None, max_chars: int | None = None) -> str:
     if labels:
         # The seed's ReAct evaluations: an EXPLANATION first, then the LABEL.
         schema = _object({
-            "explanation": {"type": "string",
-                            "description": "EXPLANATION: your step-by-step analysis"},
+            "explanation": _text("EXPLANATION: your step-by-step analysis", max_chars),
             "label": {"type": "string", "enum": list(labels),
                       "description": f"Exactly one of: {', '.join(labels)}"},
         })
@@ -59,19 +65,19 @@ def _wire_schema(metrics: tuple[str, ...], labels: tuple[str, ...], bounds: bool
         scores = _object({m: _score_schema(m, bounds, steps) for m in metrics})
         scores["description"] = "One score per rubric criterion"
         schema = _object({"scores": scores,
-                          **{k: {"type": "string", "description": d}
-                             for k, d in _TEXT_FIELDS.items()}})
+                          **{k: _text(d, max_chars) for k, d in _TEXT_FIELDS.items()}})
     return json.dumps(schema, sort_keys=True)
 
 
 def wire_schema(metrics: Sequence[str], labels: Sequence[str] = (), *, bounds: bool = True,
-                steps: int | None = None) -> dict[str, Any]:
+                steps: int | None = None, max_chars: int | None = None) -> dict[str, Any]:
     """A self-contained JSON schema (no $ref, all fields required, no extra keys).
 
     ``bounds`` adds minimum/maximum to the scores, ``steps`` makes each score an enum of
-    evenly spaced values (for grammar engines that ignore bounds on numbers).
+    evenly spaced values (for grammar engines that ignore bounds on numbers), ``max_chars``
+    a maxLength on the free-text fields (for grammar engines, against runaway prose).
     """
-    return json.loads(_wire_schema(tuple(metrics), tuple(labels), bounds, steps))
+    return json.loads(_wire_schema(tuple(metrics), tuple(labels), bounds, steps, max_chars))
 
 
 def schema_version(metrics: Sequence[str], labels: Sequence[str] = ()) -> str:

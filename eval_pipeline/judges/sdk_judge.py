@@ -140,7 +140,8 @@ class SdkJudge:
     def _schema(self, request: JudgeRequest) -> dict[str, Any]:
         """The schema a server enforces (tool input, json_schema), with the host's bounds."""
         return wire_schema(request.metrics, request.labels, bounds=self.endpoint.schema_bounds,
-                           steps=self.endpoint.score_steps)
+                           steps=self.endpoint.score_steps,
+                           max_chars=self.endpoint.text_max_chars)
 
     @staticmethod
     def _prompt_with_schema(request: JudgeRequest) -> str:

@@ -175,6 +175,14 @@ def test_the_wire_schema_carries_bounds_and_the_label_enum_where_the_host_takes_
     score = sent_schema(openai_server, local)["properties"]["scores"]["properties"][
         "code_correctness"]
     assert score["enum"][:3] == [0.0, 0.05, 0.1] and score["enum"][-1] == 1.0
+    # ... and bounds the free text, which its grammar enforces (a tiny model otherwise
+    # repeats a sentence until max_tokens cuts the JSON off); hosted APIs get no maxLength
+    assert sent_schema(openai_server, local)["properties"]["reasoning"]["maxLength"] == 2000
+    assert "maxLength" not in json.dumps(sent_schema(openai_server, openai_config(openai_server)))
+    short = sent_schema(openai_server, openai_config(
+        openai_server, text_max_chars=80, evaluations=["thought_to_tool"]))
+    assert short["properties"]["explanation"]["maxLength"] == 80
+    assert "maxLength" not in short["properties"]["label"]
     # any host can ask for steps, e.g. an Anthropic-compatible llama.cpp with tool calling
     stepped = sent_schema(anthropic_server, anthropic_config(anthropic_server, score_steps=4))
     assert stepped["properties"]["scores"]["properties"]["code_correctness"]["enum"] == [
