@@ -193,7 +193,35 @@ def phase(server: ServerProcess, run: Callable[[str], Coroutine[Any, Any, int]]
     return requests / seconds, server.stats()["mean"], requests
 
 
+def cli_drop(folder: Path, files: list[Path], at_least: int | None) -> Path:
+    """The drop (c) evaluates: the corpora files as they are, or at 256 one JSONL of their
+    records copied under new task ids until there are ``at_least``."""
+    drop = folder / "drop"
+    drop.mkdir()
+    if at_least is None:
+        for path in files:
+            (drop / path.name).write_bytes(path.read_bytes())
+        return drop
+    lines = [line for path in files
+             for line in path.read_text("utf-8").splitlines() if line.strip()]
+    with (drop / "big.jsonl").open("w", encoding="utf-8") as out:
+        written = copy = 0
+        while written < at_least:
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                record["task_id"] = f"{record.get('task_id', written)}~{copy}"
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                written += 1
+            copy += 1
+    return drop
+
+
 def cli_seconds(drop: Path, judges_yaml: str | None) -> float:
+    """Wall time of ``eval-pipeline run`` on ``drop`` (default split size and batches per
+    run), in a fresh process, instance and cache."""
     with tempfile.TemporaryDirectory() as tmp:
         command = [sys.executable, "-m", "eval_pipeline.cli", "run", str(drop),
                    "--output", str(Path(tmp) / "out")]
@@ -204,8 +232,30 @@ def cli_seconds(drop: Path, judges_yaml: str | None) -> float:
         env = {**os.environ, KEY_ENV: "bench-key", "PYTHONPATH": str(ROOT),
                "DAGSTER_HOME": tmp, "EVAL_PIPELINE_CACHE_DIR": str(Path(tmp) / "cache")}
         start = time.perf_counter()
-        subprocess.run(command, env=env, check=False, capture_output=True, cwd=tmp)
-        return time.perf_counter() - start
+        done = subprocess.run(command, env=env, check=False, capture_output=True, cwd=tmp,
+                              text=True)
+        seconds = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(f"CLI exited {done.returncode}:\n{done.stdout[-2000:]}"
+                             f"\n{done.stderr[-2000:]}")
+        return seconds
+
+
+def cli_phase(server: ServerProcess, drop: Path, concurrency: int
+              ) -> tuple[float, float, int, float]:
+    """(judging requests/s, the server's mean in flight, requests, LLM run's seconds): the
+    CLI with one LLM judge minus the same CLI with the heuristic judge."""
+    own = cli_seconds(drop, None)
+    url = server.new()
+    config = judge_config(url, concurrency)
+    fields = ["name", "provider", "model", "base_url", "api_key_env", "concurrency",
+              "output_mode", "max_retries", "timeout_s"]
+    judges_yaml = "judges:\n" + "".join(
+        f"  {'- ' if i == 0 else '  '}{f}: {getattr(config, f)}\n"
+        for i, f in enumerate(fields))
+    seconds = cli_seconds(drop, judges_yaml)
+    stats = server.stats()
+    return stats["calls"] / max(seconds - own, 1e-9), stats["mean"], stats["calls"], seconds
 
 
 def token_curve(tasks: list[ClipTask], budget: int) -> list[list[object]]:
@@ -250,25 +300,43 @@ def main() -> None:
           f"{os.cpu_count()} cores")
     server = ServerProcess()
     figures: dict[tuple[int, str], list[tuple[float, float, int]]] = defaultdict(list)
-    try:
-        for _ in range(args.repeats):
+    with tempfile.TemporaryDirectory() as drops_dir:
+        drops: dict[int, Path] = {}
+        if args.cli:
             for concurrency in args.concurrency:
-                work = big if concurrency >= 256 else tasks
-                layer = phase(server, partial(judge_layer, tasks=work,
-                                              concurrency=concurrency))
-                figures[(concurrency, "b")].append(layer)
-                prompts = all_requests(work)[:layer[2]]
-                figures[(concurrency, "a")].append(phase(server, partial(
-                    bare_client, prompts=prompts, concurrency=concurrency)))
-    finally:
-        server.close()
+                if concurrency not in drops:
+                    folder = Path(drops_dir) / str(concurrency)
+                    folder.mkdir()
+                    drops[concurrency] = cli_drop(
+                        folder, files, args.big if concurrency >= 256 else None)
+        try:
+            for _ in range(args.repeats):
+                for concurrency in args.concurrency:
+                    work = big if concurrency >= 256 else tasks
+                    layer = phase(server, partial(judge_layer, tasks=work,
+                                                  concurrency=concurrency))
+                    figures[(concurrency, "b")].append(layer)
+                    prompts = all_requests(work)[:layer[2]]
+                    figures[(concurrency, "a")].append(phase(server, partial(
+                        bare_client, prompts=prompts, concurrency=concurrency)))
+                    if args.cli:
+                        rate, mean, calls, seconds = cli_phase(
+                            server, drops[concurrency], concurrency)
+                        figures[(concurrency, "c")].append((rate, mean, calls))
+                        print(f"  c={concurrency}: CLI {calls} requests in {seconds:.1f}s, "
+                              f"{rate:.1f}/s judging", flush=True)
+        finally:
+            server.close()
 
     table = []
     for concurrency in args.concurrency:
         work = big if concurrency >= 256 else tasks
         bare = statistics.median(f[0] for f in figures[(concurrency, "a")])
-        for which, label in (("a", "bare client"), ("b", "judge layer (run_judges)")):
+        for which, label in (("a", "bare client"), ("b", "judge layer (run_judges)"),
+                             ("c", "whole CLI minus heuristic run")):
             runs = figures[(concurrency, which)]
+            if not runs:
+                continue
             rate = statistics.median(f[0] for f in runs)
             calls = runs[0][2]
             table.append([concurrency, label, calls, f"{rate:.1f}", f"{rate / bare:.2f}",
