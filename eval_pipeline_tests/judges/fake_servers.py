@@ -332,6 +332,11 @@ class FakeLLMServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Keep-alive, as every provider: the SDKs' connection pools reuse connections,
+            # and a connection per request would bill both the judge and the bare client of
+            # the benches a TCP handshake (and this server a thread) on every call.
+            protocol_version = "HTTP/1.1"
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 

@@ -74,10 +74,19 @@ PATHS = [
 ]
 
 
-# Paths seen ending with rows ok against this server and model. The text-mode and Anthropic
-# paths answered in prose that ran past max_tokens in the runs measured so far; their rows
-# must still end ok or failed with the error, which every path asserts.
-MUST_HAVE_OK = {"oa_json_object"}
+# Token budgets per forced mode: the grammar modes' replies end by themselves (about 80
+# tokens for the rubric with 60-character text fields, 35 for a label); the prose modes
+# ramble, so their cut-off comes early.
+MAX_TOKENS = {"json_schema": 160, "json_object": 96, None: 96, "text": 48}
+
+# Paths that must get rows ok: the grammar modes. Under json_schema the grammar enforces the
+# scores' enum and the 60-character text fields, so the rubric answers close inside the
+# budget (4 of 4 ok); under json_object the model answered a label (1 of 2 ok in every run,
+# greedy decoding). In plain text (openai text, anthropic text, and the anthropic default
+# once its forced tool use came back as text) SmolLM2-135M repeats a sentence until any
+# budget cuts it off (measured at 48, 96, 160 and 256 tokens); those rows must end failed
+# with their error, never with an invented score, which every path asserts.
+MUST_HAVE_OK = {"oa_json_schema", "oa_json_object"}
 
 
 def _free_port() -> int:
@@ -124,12 +133,14 @@ def _judges_yaml(root: str) -> str:
     for name, provider, mode, kinds, _ in PATHS:
         lines += [f"  - name: {name}", f"    provider: {provider}", "    model: smollm2-135m",
                   f"    evaluations: [{', '.join(kinds)}]",
-                  # Greedy decoding (the server adds its fixed seed); a small budget, as a
-                  # tiny model can run on for thousands of tokens (its rubric answers ran to
-                  # 127 and past 160); the server queues requests beyond its slots, and a wait
-                  # in the queue counts toward the timeout.
+                  # Greedy decoding (the server adds its fixed seed). A tiny model repeats a
+                  # sentence until max_tokens cuts it off: a grammar bounds the free text
+                  # (text_max_chars), and the prose modes, which nothing bounds, get a small
+                  # budget, as this machine generates a few tokens a second. The server
+                  # queues requests beyond its slots; a wait there counts toward the timeout.
                   "    temperature: 0.0",
-                  f"    max_tokens: {256 if kinds == ['clip_rubric'] else 160}",
+                  "    text_max_chars: 60",
+                  f"    max_tokens: {MAX_TOKENS[mode]}",
                   "    timeout_s: 600",
                   "    max_retries: 1", "    concurrency: 1"]
         if mode is not None:
