@@ -1,6 +1,7 @@
 """The console script end to end: real inputs, real Dagster runs, exported tables."""
 
 import json
+import logging
 import re
 
 import dagster as dg
@@ -65,6 +66,12 @@ def test_cli_on_the_sample_data(project_root, tmp_path, capsys, dagster_home):
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         runs = instance.get_runs(filters=dg.RunsFilter(tags={"eval_pipeline/source": "cli"}))
         assert len(runs) == 2  # every batch in one run, then the report
+        # Plain debug lines (the IO manager's one per partition loaded) are not written to
+        # the event log, one SQLite write each; Dagster's own events are.
+        logs = instance.all_logs(runs[-1].run_id)
+        assert any(e.dagster_event is not None for e in logs)
+        assert not [e.user_message for e in logs
+                    if e.dagster_event is None and e.level == logging.DEBUG]
         assert instance.get_latest_materialization_event(dg.AssetKey("evaluation_report"))
         # Each batch still has its own materialization with its own metadata.
         summaries = pd.read_parquet(out / "trajectory_summaries.parquet")
