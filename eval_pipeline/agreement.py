@@ -34,7 +34,8 @@ def _finite(value: Any) -> float | None:
 
 def auc(pairs: Iterable[tuple[Any, bool | None]]) -> Agreement:
     """AUC of (score, is_positive) pairs; pairs with no score or no label are left out."""
-    pos, neg = [], []
+    pos: list[float] = []
+    neg: list[float] = []
     for score, positive in pairs:
         value = _finite(score)
         if value is None or positive is None:
@@ -55,7 +56,7 @@ def auc(pairs: Iterable[tuple[Any, bool | None]]) -> Agreement:
     return Agreement(auc=u / (len(pos) * len(neg)), positives=len(pos), negatives=len(neg))
 
 
-def outcome_of(row: Mapping[str, Any]) -> bool | None:
+def outcome_of(row: Mapping[Any, Any]) -> bool | None:
     """A trajectory's outcome label: final_label, else reward, else success."""
     final = _finite(row.get("final_label"))
     if final is not None and final != 0:

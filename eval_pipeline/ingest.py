@@ -180,10 +180,15 @@ def _none_if_na(value: object) -> object:
     return None if value is None or (isinstance(value, float) and pd.isna(value)) else value
 
 
+def _optional_str(value: object) -> str | None:
+    value = _none_if_na(value)
+    return None if value is None else str(value)
+
+
 def _threshold(value: object) -> int | None:
     """A recorded limit, or None for tables written before it was recorded."""
     value = _none_if_na(value)
-    return int(value) if isinstance(value, numbers.Real) else None
+    return int(float(value)) if isinstance(value, numbers.Real) else None
 
 
 def clip_tasks(clips: pd.DataFrame, preprocessed: pd.DataFrame) -> list[ClipTask]:
@@ -198,11 +203,11 @@ def clip_tasks(clips: pd.DataFrame, preprocessed: pd.DataFrame) -> list[ClipTask
         for clip in group.sort_values("clip_index").to_dict("records"):
             view = ClipView(
                 content=clip["content"], thought=clip["thought"], tool_call=clip["tool_call"],
-                tool_name=_none_if_na(clip["tool_name"]), action_input=clip["action_input"],
+                tool_name=_optional_str(clip["tool_name"]), action_input=clip["action_input"],
                 result=clip["result"], has_answer=bool(clip["has_answer"]),
                 answer=clip["answer"], earlier_calls=list(earlier),
             )
-            tasks.append(ClipTask(trajectory_id=tid, clip_index=int(clip["clip_index"]),
+            tasks.append(ClipTask(trajectory_id=str(tid), clip_index=int(clip["clip_index"]),
                                   tool_type=clip["tool_type"],
                                   task_description=tasks_by_tid.get(tid, ""), clip=view,
                                   beta_threshold=_threshold(limits.get(tid))))

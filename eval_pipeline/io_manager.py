@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -40,7 +41,7 @@ class ParquetUPathIOManager(dg.UPathIOManager):
             return pd.read_parquet(fh)
 
     def get_metadata(self, context: dg.OutputContext, obj: pd.DataFrame
-                     ) -> dict[str, dg.MetadataValue]:
+                     ) -> dict[str, Any]:
         return {
             "dagster/row_count": dg.MetadataValue.int(len(obj)),
             "dagster/column_schema": dg.TableSchema(

@@ -160,7 +160,8 @@ def failed_rows(tasks: Sequence[ClipTask], evaluations: Sequence[str],
         requests += build_react_requests(trajectory, evaluations)
     return [JudgmentRow(
         trajectory_id=r.trajectory_id, clip_index=r.clip_index,
-        evaluation_kind=r.evaluation_kind, tool_type=r.tool_type, **identity,
+        evaluation_kind=r.evaluation_kind, tool_type=r.tool_type,
+        judge=identity["judge"], provider=identity["provider"], model=identity["model"],
         status="failed", success=False, scores="{}", error=error,
         prompt_hash=prompt_hash(r), template_version=r.template_version,
     ) for r in requests if (r.trajectory_id, r.clip_index, r.evaluation_kind) not in have]

@@ -31,7 +31,8 @@ def selected(context: dg.AssetExecutionContext,
         if name in chosen_outputs:
             yield per_batch_output(context, frames, metadata, output=name)
     chosen = context.selected_asset_check_keys
-    yield from (c for c in checks if dg.AssetCheckKey(c.asset_key, c.check_name) in chosen)
+    yield from (c for c in checks if c.asset_key is not None and c.check_name is not None
+                and dg.AssetCheckKey(c.asset_key, c.check_name) in chosen)
 
 
 def run_check(asset: str, name: str, failures: dict[str, object], batches: int,

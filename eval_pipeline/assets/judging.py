@@ -175,7 +175,7 @@ def judgment_metadata(config: JudgeConfig, rows: Sequence[JudgmentRow], table: p
         "cost_usd": dg.MetadataValue.float(totals.cost_usd),
         "evaluations": dg.MetadataValue.json(config.evaluations),
         "rows_by_kind": dg.MetadataValue.json(
-            {k: int(n) for k, n in table["evaluation_kind"].value_counts().items()}),
+            {str(k): int(n) for k, n in table["evaluation_kind"].value_counts().items()}),
         "metric_means": dg.MetadataValue.json(metric_means(ok["scores"])),
         "preview": preview(table, ["clip_index", "evaluation_kind", "tool_type", "status",
                                    "scores", "label", "summary", "error"]),

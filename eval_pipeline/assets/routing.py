@@ -1,6 +1,7 @@
 """Deterministic routing checks per batch: expected tools against the tools called."""
 
 import json
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -29,12 +30,12 @@ def routing_table(preprocessed: pd.DataFrame, mode: str) -> tuple[pd.DataFrame,
             json.loads(expected), json.loads(calls) if isinstance(calls, str) else None,
             str(row.get("source_format") or ""), mode,  # type: ignore[arg-type]
         ))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in results:
-        row = r.model_dump()
+        out = r.model_dump()
         for column in _LIST_COLUMNS:
-            row[column] = json.dumps(row[column], ensure_ascii=False)
-        rows.append(row)
+            out[column] = json.dumps(out[column], ensure_ascii=False)
+        rows.append(out)
     return pd.DataFrame(rows, columns=ROUTING_COLUMNS), results
 
 

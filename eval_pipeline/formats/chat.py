@@ -24,7 +24,7 @@ from typing import Any
 from eval_pipeline.formats.react import looks_like_react, parse_react_text
 from eval_pipeline.formats.render import Transcript, as_text
 from eval_pipeline.formats.xml_tags import analyze_xml_response, parse_tool_call_json
-from eval_pipeline.models import Step
+from eval_pipeline.models import Step, StepKind
 from eval_pipeline.tool_registry import ToolRegistry
 
 _ROLE_ALIASES = {
@@ -138,7 +138,7 @@ def render_messages(messages: list[Any], registry: ToolRegistry) -> RenderedChat
         elif role == "user":
             text = as_text(content)
             if re.match(r"\s*Observation(?:\s+\d+)?\s*:", text):
-                kind = "text" if finished else "tool_result"
+                kind: StepKind = "text" if finished else "tool_result"
                 body = text.strip()
                 out.text_block(kind, body, tool_name=last_call_name if kind != "text" else None)
             else:

@@ -57,8 +57,8 @@ class SweAgentParser(JsonRecordsParser):
 
     def build(self, value: dict[str, Any], rec: RawRecord, ctx: ParseContext,
               index: int) -> Trajectory:
-        history = value.get("history") if isinstance(value.get("history"), list) else []
-        info = value.get("info") if isinstance(value.get("info"), dict) else {}
+        history = hist if isinstance(hist := value.get("history"), list) else []
+        info = inf if isinstance(inf := value.get("info"), dict) else {}
         steps_in = value.get("trajectory")
         extra = {k: v for k, v in value.items() if k not in ("trajectory", "history")}
         if isinstance(steps_in, list) and steps_in:

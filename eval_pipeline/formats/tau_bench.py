@@ -44,8 +44,8 @@ class TauBenchParser(JsonRecordsParser):
     def build(self, value: dict[str, Any], rec: RawRecord, ctx: ParseContext,
               index: int) -> Trajectory:
         messages = require(value, "traj", list)
-        info = value.get("info") if isinstance(value.get("info"), dict) else {}
-        task = info.get("task") if isinstance(info.get("task"), dict) else {}
+        info = found if isinstance(found := value.get("info"), dict) else {}
+        task = found if isinstance(found := info.get("task"), dict) else {}
         if "actions" in task and not isinstance(task["actions"], list):
             raise RecordError("wrong_type", "info.task.actions must be a list")
         calls, tools = expected_from_actions(task.get("actions"))

@@ -18,7 +18,8 @@ configured temperature is not sent. SDK retries are off for the reason given in
 from __future__ import annotations
 
 import json
-from typing import Any
+from types import ModuleType
+from typing import Any, ClassVar
 
 import anthropic
 from anthropic import AsyncAnthropic
@@ -36,8 +37,8 @@ _TOOL_DESCRIPTION = "Record the evaluation (the fields of the requested JSON ans
 class AnthropicJudge(SdkJudge):
     """One configured judge on the Anthropic Messages API."""
 
-    sdk = anthropic
-    fallback_from = "tool"
+    sdk: ClassVar[ModuleType] = anthropic
+    fallback_from: ClassVar[str] = "tool"
 
     def __init__(self, config: JudgeConfig, api_key: str | None = None) -> None:
         super().__init__(config, api_key)
@@ -65,23 +66,24 @@ class AnthropicJudge(SdkJudge):
             raise self._translate(exc) from None
 
     def _read(self, request: JudgeRequest, message: Message) -> JudgeReply:
-        tokens = {"tokens_in": message.usage.input_tokens if message.usage else 0,
-                  "tokens_out": message.usage.output_tokens if message.usage else 0}
-        calls = [b for b in message.content if getattr(b, "type", None) == "tool_use"
-                 and getattr(b, "name", None) == SCHEMA_NAME]
+        tokens_in = message.usage.input_tokens if message.usage else 0
+        tokens_out = message.usage.output_tokens if message.usage else 0
+        calls: list[Any] = [b for b in message.content if getattr(b, "type", None) == "tool_use"
+                            and getattr(b, "name", None) == SCHEMA_NAME]
         text = "\n".join(getattr(b, "text", "") for b in message.content
                          if getattr(b, "type", None) == "text")
         raw = json.dumps(calls[0].input, ensure_ascii=False) if calls else text
         if message.stop_reason == "max_tokens":
             raise InvalidOutput(f"response cut off at max_tokens={self.config.max_tokens}",
-                                raw_response=raw, **tokens)
+                                raw_response=raw, tokens_in=tokens_in, tokens_out=tokens_out)
         if calls:
-            return self._reply(request, data=calls[0].input, raw=raw, **tokens)
+            return self._reply(request, data=calls[0].input, raw=raw, tokens_in=tokens_in,
+                               tokens_out=tokens_out)
         if self.reply_mode == "tool" and self.endpoint.output_mode_forced:
             raise InvalidOutput(f"no {SCHEMA_NAME} tool call in the response "
                                 f"(stop_reason={message.stop_reason})", raw_response=raw,
-                                **tokens)
-        return self._reply(request, text=text, **tokens)
+                                tokens_in=tokens_in, tokens_out=tokens_out)
+        return self._reply(request, text=text, tokens_in=tokens_in, tokens_out=tokens_out)
 
     async def score(self, request: JudgeRequest) -> JudgeReply:
         async with self._gate.turn():

@@ -74,7 +74,7 @@ class JudgeConfig(BaseModel):
         description="Cap on the earlier-clip summaries in a clip prompt (characters): the "
         "most recent that fit are kept. None: unbounded, as the original tool.")
     evaluations: list[str] = Field(
-        default_factory=lambda: list(ALL_EVALUATIONS),
+        default_factory=lambda: list[str](ALL_EVALUATIONS),
         description="Evaluation kinds this judge produces: clip_rubric, thought_to_tool, "
         "query_to_thought, sequence_optimality (default: all four).",
     )

@@ -348,10 +348,10 @@ def react_verdict(request: JudgeRequest) -> tuple[bool, str, list[str]]:
         return ok, summary, signals
     if kind == EVAL_QUERY_TO_THOUGHT:
         task_words = _words(request.task_description)
-        shared = task_words & _words(clip.thought)
-        overlap = len(shared) / len(task_words) if task_words else 0.0
-        ok = overlap >= QUERY_OVERLAP_MIN or len(shared) >= QUERY_SHARED_WORDS_MIN
-        signals = [f"the thought shares {len(shared)} of the task's {len(task_words)} words "
+        common = task_words & _words(clip.thought)
+        overlap = len(common) / len(task_words) if task_words else 0.0
+        ok = overlap >= QUERY_OVERLAP_MIN or len(common) >= QUERY_SHARED_WORDS_MIN
+        signals = [f"the thought shares {len(common)} of the task's {len(task_words)} words "
                    f"(overlap {overlap:.2f}; aligned at >= {QUERY_OVERLAP_MIN} or >= "
                    f"{QUERY_SHARED_WORDS_MIN} words)"]
         summary = ("The thought works on the task's request." if ok else
@@ -405,11 +405,11 @@ class HeuristicJudge:
         reasoning = "Heuristic judge (rule-based, not an LLM). Signals: " + "; ".join(
             signals.describe()
         ) + "."
-        payload = {"scores": scores, "summary": _summary(request, signals),
-                   "reasoning": reasoning}
+        summary = _summary(request, signals)
+        payload = {"scores": scores, "summary": summary, "reasoning": reasoning}
         return JudgeReply(
             scores=scores,
-            summary=payload["summary"],
+            summary=summary,
             reasoning=reasoning,
             label="heuristic",
             raw_response=json.dumps(payload, ensure_ascii=False),

@@ -24,7 +24,8 @@ backoff must be configurable. The SDK's timeout machinery is used as is.
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+from typing import Any, ClassVar
 
 import openai
 from openai import AsyncOpenAI
@@ -55,8 +56,8 @@ def refuses_json_schema(exc: openai.APIStatusError) -> bool:
 class OpenAIJudge(SdkJudge):
     """One configured judge on a Chat Completions endpoint."""
 
-    sdk = openai
-    fallback_from = "json_schema"
+    sdk: ClassVar[ModuleType] = openai
+    fallback_from: ClassVar[str] = "json_schema"
 
     def __init__(self, config: JudgeConfig, api_key: str | None = None,
                  *, default_headers: dict[str, str] | None = None) -> None:
@@ -125,21 +126,23 @@ class OpenAIJudge(SdkJudge):
             completion = await self._create(request)
             self._gate.settled = True
         usage = completion.usage
-        tokens = {"tokens_in": usage.prompt_tokens if usage else 0,
-                  "tokens_out": usage.completion_tokens if usage else 0}
+        tokens_in = usage.prompt_tokens if usage else 0
+        tokens_out = usage.completion_tokens if usage else 0
         if not completion.choices:
-            raise InvalidOutput("response has no choices", **tokens)
+            raise InvalidOutput("response has no choices", tokens_in=tokens_in,
+                                tokens_out=tokens_out)
         choice = completion.choices[0]
         content = choice.message.content or ""
-        calls = [c for c in choice.message.tool_calls or []
-                 if getattr(c, "function", None) is not None]
+        # getattr, not isinstance: a compatible server may leave out the call's "type".
+        calls: list[Any] = [c for c in choice.message.tool_calls or []
+                            if getattr(c, "function", None) is not None]
         raw = calls[0].function.arguments if calls else content
         if getattr(choice.message, "refusal", None):
             raise InvalidOutput(f"model refused: {choice.message.refusal}", raw_response=raw,
-                                **tokens)
+                                tokens_in=tokens_in, tokens_out=tokens_out)
         if choice.finish_reason == "length":
             raise InvalidOutput(f"response cut off at max_tokens={self.config.max_tokens}",
-                                raw_response=raw, **tokens)
+                                raw_response=raw, tokens_in=tokens_in, tokens_out=tokens_out)
         # A forced call's arguments are a JSON string; a server without tool calling puts
         # the answer in the text instead, which is read the same way.
-        return self._reply(request, text=raw, **tokens)
+        return self._reply(request, text=raw, tokens_in=tokens_in, tokens_out=tokens_out)

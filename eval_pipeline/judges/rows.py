@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["JudgmentRow", "RunSummary", "summarize_rows"]
+from eval_pipeline.rubrics import EvaluationKind
+
+__all__ = ["JudgmentRow", "JudgmentStatus", "RunSummary", "summarize_rows"]
+
+# ok: scores from a valid reply; failed: the error says why, no score; skipped: not asked
+# (the budget ran out before the call).
+JudgmentStatus = Literal["ok", "failed", "skipped"]
 
 
 class JudgmentRow(BaseModel):
@@ -15,12 +22,12 @@ class JudgmentRow(BaseModel):
 
     trajectory_id: str
     clip_index: int
-    evaluation_kind: str
+    evaluation_kind: EvaluationKind
     tool_type: str
     judge: str
     provider: str
     model: str
-    status: str = Field(description="ok | failed | skipped")
+    status: JudgmentStatus
     success: bool
     scores: str = Field(description="JSON object metric -> score in [0, 1]; '{}' unless ok")
     label: str | None = None

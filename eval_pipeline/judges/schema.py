@@ -190,9 +190,9 @@ def parse_reply_text(text: str | None, labels: Sequence[str] = ()) -> JudgeReply
         if not labels or reply.label is not None:
             return reply
     if labels:
-        reply = _label_form(text, labels)
-        if reply is not None:
-            return reply
+        labelled = _label_form(text, labels)
+        if labelled is not None:
+            return labelled
         if found:
             return reply_from_data(found[0], text, labels)
         raise InvalidOutput(f"response has neither a JSON object nor a 'LABEL: "

@@ -108,11 +108,11 @@ class SdkJudge:
                 f"{endpoint.key_env or '<api_key_env>'}"
             )
         self.name = config.name
-        self.provider = config.provider
+        self.provider: str = config.provider
         self.model = endpoint.model
         self.endpoint = endpoint
         self.config = config
-        self._secrets = (api_key,)
+        self._secrets: tuple[str, ...] = (api_key,) if api_key else ()
         self.reply_mode: str = endpoint.output_mode
         self.reply_mode_note: str | None = None
         # A mode set in the judges file is kept as it is; a preset's default may fall back.

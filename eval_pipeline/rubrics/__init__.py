@@ -10,6 +10,7 @@ import hashlib
 import json
 from functools import cache, lru_cache
 from importlib import resources
+from typing import Final, Literal
 
 import yaml
 from pydantic import BaseModel
@@ -103,11 +104,13 @@ def render_clip_prompt(
 
 # -- ReAct evaluations (thought-to-tool, query-to-thought, sequence optimality) -----------
 
-EVAL_KIND_CLIP = "clip_rubric"
-EVAL_THOUGHT_TO_TOOL = "thought_to_tool"
-EVAL_QUERY_TO_THOUGHT = "query_to_thought"
-EVAL_SEQUENCE_OPTIMALITY = "sequence_optimality"
-ALL_EVALUATIONS: tuple[str, ...] = (
+EvaluationKind = Literal["clip_rubric", "thought_to_tool", "query_to_thought",
+                         "sequence_optimality"]
+EVAL_KIND_CLIP: Final = "clip_rubric"
+EVAL_THOUGHT_TO_TOOL: Final = "thought_to_tool"
+EVAL_QUERY_TO_THOUGHT: Final = "query_to_thought"
+EVAL_SEQUENCE_OPTIMALITY: Final = "sequence_optimality"
+ALL_EVALUATIONS: tuple[EvaluationKind, ...] = (
     EVAL_KIND_CLIP, EVAL_THOUGHT_TO_TOOL, EVAL_QUERY_TO_THOUGHT, EVAL_SEQUENCE_OPTIMALITY,
 )
 TRAJECTORY_CLIP_INDEX = -1
