@@ -23,6 +23,7 @@ def test_outcome_and_step_labels():
     assert step_label_positive(0.0) is None and step_label_positive(None) is None
 
 
+@pytest.mark.slow
 def test_human_labels_flow_from_steps_to_clips_to_the_report(corpora_dir, tmp_path,
                                                             monkeypatch):
     import json

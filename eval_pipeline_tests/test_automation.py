@@ -5,6 +5,7 @@ import shutil
 from datetime import UTC, datetime
 
 import dagster as dg
+import pytest
 
 from eval_pipeline.automation import new_drop_sensor
 from eval_pipeline.judges.config import JudgeConfig
@@ -68,6 +69,7 @@ def test_sensor_splits_new_drops_registers_partitions_and_requests_runs(
     assert json.loads(changed.cursor)["demo02.jsonl"]["keys"] == keys[:3]
 
 
+@pytest.mark.slow
 def test_daily_schedule_requests_missing_then_changed_judges_only(
         project_root, tmp_path, instance):
     incoming = tmp_path / "incoming"
@@ -118,6 +120,7 @@ def test_daily_schedule_requests_missing_then_changed_judges_only(
     assert reasons[done]["eval_pipeline/rerun_reason"] == "new data"
 
 
+@pytest.mark.slow
 def test_a_successful_batch_run_requests_the_report(project_root, tmp_path, instance):
     from eval_pipeline.automation import report_after_batch_sensor
     from eval_pipeline_tests.dagster_helpers import stage_drop

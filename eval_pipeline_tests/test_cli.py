@@ -33,6 +33,7 @@ def _check_accounting(out, expected_records):
     return raw, quarantine, kept, removed
 
 
+@pytest.mark.slow
 def test_cli_on_the_sample_data(project_root, tmp_path, capsys, dagster_home):
     out = tmp_path / "out"
     assert main(["run", str(project_root / "data"), "--output", str(out)]) == 0
@@ -87,6 +88,7 @@ def test_cli_on_the_sample_data(project_root, tmp_path, capsys, dagster_home):
             assert meta["path"].value.endswith(f"{batch}.parquet")
 
 
+@pytest.mark.slow
 def test_cli_on_demo02_gives_ten_batches_that_add_up(corpora_dir, tmp_path, capsys):
     drop = corpora_dir / "dataeva" / "demo02.jsonl"
     out = tmp_path / "out"
@@ -101,6 +103,7 @@ def test_cli_on_demo02_gives_ten_batches_that_add_up(corpora_dir, tmp_path, caps
     assert re.search(r"^batches\s+10$", capsys.readouterr().out, re.MULTILINE)
 
 
+@pytest.mark.slow
 def test_cli_accounts_for_every_agent_data_platform_record(corpora_dir, tmp_path):
     folder = corpora_dir / "agent_data_platform"
     out = tmp_path / "out"
@@ -132,6 +135,7 @@ def test_cli_rejects_bad_numbers_and_bad_judges_files(project_root, tmp_path, ca
     assert "invalid judges file" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_trajectory_ids_do_not_depend_on_the_split_size(project_root, tmp_path):
     drop = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
     ids = []
@@ -144,6 +148,7 @@ def test_trajectory_ids_do_not_depend_on_the_split_size(project_root, tmp_path):
     assert ids[0] == ids[1]
 
 
+@pytest.mark.slow
 def test_cli_flag_mode_keeps_and_flags_instead_of_removing(project_root, tmp_path):
     drop = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
     out = tmp_path / "flagged"
@@ -159,6 +164,7 @@ def test_cli_flag_mode_keeps_and_flags_instead_of_removing(project_root, tmp_pat
     assert meta["format_corrected"] and meta["format_fixes"]
 
 
+@pytest.mark.slow
 def test_one_run_for_all_batches_by_default_and_one_per_batch_on_request(
         project_root, tmp_path, dagster_home):
     drop = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
@@ -180,6 +186,7 @@ def test_one_run_for_all_batches_by_default_and_one_per_batch_on_request(
     pd.testing.assert_frame_equal(tables["default"], tables["workers"])
 
 
+@pytest.mark.slow
 def test_cli_per_file_format_override_and_custom_tool_registry(project_root, tmp_path):
     drop = tmp_path / "in" / "runs.log"
     drop.parent.mkdir()
@@ -201,6 +208,7 @@ def test_cli_per_file_format_override_and_custom_tool_registry(project_root, tmp
     assert bad == 1
 
 
+@pytest.mark.slow
 def test_cli_routing_cases_are_checked_deterministically(tmp_path, capsys):
     cases = tmp_path / "cases.jsonl"
     cases.write_text("\n".join(json.dumps(c) for c in [
@@ -225,6 +233,7 @@ def test_cli_routing_cases_are_checked_deterministically(tmp_path, capsys):
     assert report.loc["ALL", "routing_pass_rate"] == 0.5
 
 
+@pytest.mark.slow
 def test_cli_output_inside_the_input_folder_is_not_read_back(project_root, tmp_path):
     data = tmp_path / "data"
     data.mkdir()

@@ -177,6 +177,7 @@ def dagster_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.mark.slow
 def test_cli_on_the_sample_data_reports_the_react_accuracies(project_root, tmp_path, capsys,
                                                              dagster_home):
     out = tmp_path / "out"
@@ -218,6 +219,7 @@ def test_cli_on_the_sample_data_reports_the_react_accuracies(project_root, tmp_p
     assert "<trajectory_evaluation>" in first["full_response_with_evaluations"]
 
 
+@pytest.mark.slow
 def test_judges_file_narrowed_to_the_rubric_gives_no_react_rows(project_root, tmp_path,
                                                                  dagster_home):
     judges = tmp_path / "judges.yaml"

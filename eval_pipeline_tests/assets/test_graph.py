@@ -79,6 +79,7 @@ def test_whole_graph_for_a_batch_with_malformed_records(project_root, tmp_path, 
                                               "scores_in_unit_interval"}
 
 
+@pytest.mark.slow
 def test_report_over_all_batches_and_its_delta(project_root, tmp_path, instance):
     drop = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
     keys, defs = stage_drop(drop, tmp_path, instance, split_size=10)
@@ -108,6 +109,7 @@ def test_report_over_all_batches_and_its_delta(project_root, tmp_path, instance)
     assert "delta_vs_last_report" in meta
 
 
+@pytest.mark.slow
 def test_one_table_of_a_multi_asset_can_be_materialized_alone(project_root, tmp_path,
                                                                instance):
     drop = project_root / "data" / "incoming" / "sample_malformed.jsonl"
@@ -119,6 +121,7 @@ def test_one_table_of_a_multi_asset_can_be_materialized_alone(project_root, tmp_
     assert not (tmp_path / "assets" / "quarantine").exists()
 
 
+@pytest.mark.slow
 def test_one_run_over_several_batches_writes_each_batch_and_its_metadata(
         project_root, tmp_path, instance):
     drop = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
@@ -152,6 +155,7 @@ def test_one_run_over_several_batches_writes_each_batch_and_its_metadata(
     assert checks and all(c.passed for c in checks)
 
 
+@pytest.mark.slow
 def test_a_report_over_one_batch_names_that_batch(project_root, tmp_path, instance):
     drop = project_root / "data" / "incoming" / "sample_malformed.jsonl"
     (key,), defs = stage_drop(drop, tmp_path, instance)
@@ -162,6 +166,7 @@ def test_a_report_over_one_batch_names_that_batch(project_root, tmp_path, instan
     assert list(report["batch"]) == [key, "ALL"]
 
 
+@pytest.mark.slow
 def test_one_judge_of_several_can_be_materialized_alone(project_root, tmp_path, instance):
     drop = project_root / "data" / "incoming" / "sample_malformed.jsonl"
     keys = stage_drop(drop, tmp_path, instance)[0]
