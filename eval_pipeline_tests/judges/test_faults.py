@@ -66,10 +66,11 @@ def test_retry_after_ms_is_honoured(openai_server):
 
 
 def test_timeout_is_retried(server):
-    server.push(fs.sleep(1.5))
+    server.push(fs.sleep(5.0))
     row = judge_once(server, timeout_s=0.3)
     assert row.status == "ok" and row.attempts == 2
-    assert row.latency_s < 1.4, "the slow response must be abandoned at the timeout"
+    # Far below the 5 s the server holds the first answer, with room for a loaded machine.
+    assert row.latency_s < 4.0, "the slow response must be abandoned at the timeout"
 
 
 def test_persistent_5xx_fails_the_row_after_max_retries(server):
