@@ -9,7 +9,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import numbers
-from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -17,12 +16,9 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from eval_pipeline.clips import Clip, segment
-from eval_pipeline.formats import parse_file
-from eval_pipeline.formats.dataeva_cleaned import FORMAT_NAME as DATAEVA_CLEANED_FORMAT
-from eval_pipeline.formats.xml_tags import FORMAT_NAME as XML_FORMAT
-from eval_pipeline.formats.xml_tags import parse_xml_response
+from eval_pipeline.formats import parse_file, reparser
 from eval_pipeline.judges.base import ClipTask, ClipView
-from eval_pipeline.models import QuarantinedRecord, Step, Trajectory, steps_from_json
+from eval_pipeline.models import QuarantinedRecord, Trajectory, steps_from_rows
 from eval_pipeline.preprocess import PreprocessConfig, PreprocessStats, preprocess_one, summarize
 from eval_pipeline.splitting import BatchManifest, drop_fingerprint
 from eval_pipeline.tool_registry import ToolRegistry, default_registry, load_registry
@@ -106,7 +102,7 @@ def read_batch(path: Path, manifest: BatchManifest | None, batch: str,
 
 def _row_to_trajectory(row: dict) -> Trajectory:
     data = dict(row)
-    data["steps"] = steps_from_json(row["steps"])
+    data["steps"] = steps_from_rows(row["steps"])
     data["extra"] = json.loads(row["extra"]) if row.get("extra") else {}
     for key in ("expected_tools", "expected_calls"):
         data[key] = json.loads(row[key]) if isinstance(row.get(key), str) else None
@@ -115,17 +111,10 @@ def _row_to_trajectory(row: dict) -> Trajectory:
     return Trajectory.model_validate(clean)
 
 
-def _reparser(source_format: str, registry: ToolRegistry) -> Callable[[str], list[Step]] | None:
-    """Formats whose response is the user's own tagged text can be repaired and re-cut."""
-    if source_format in (XML_FORMAT, DATAEVA_CLEANED_FORMAT):
-        return lambda text: parse_xml_response(text, registry)
-    return None
-
-
 def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: ToolRegistry
                      ) -> tuple[pd.DataFrame, pd.DataFrame, PreprocessStats]:
     outcomes = [
-        preprocess_one(t, config, registry, _reparser(t.source_format, registry))
+        preprocess_one(t, config, registry, reparser(t.reparse, registry))
         for t in (_row_to_trajectory(r) for r in raw.to_dict("records"))
     ]
     kept_rows, removed_rows = [], []
@@ -170,7 +159,7 @@ def clips_table(preprocessed: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for tid, batch, task_id, text, steps in zip(
             *(preprocessed[c].tolist() for c in columns), strict=True):
-        for clip in segment(text, steps_from_json(steps)):
+        for clip in segment(text, steps_from_rows(steps)):
             rows.append({"trajectory_id": tid, "batch": batch, "task_id": task_id,
                          **clip.model_dump()})
     return pd.DataFrame(rows, columns=CLIP_COLUMNS)

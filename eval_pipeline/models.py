@@ -3,15 +3,24 @@
 Every input format is parsed into a :class:`Trajectory` whose ``steps`` carry character
 offsets into one rendered ``raw_response`` text. Clip segmentation, tag repair and the
 embedded ``<clip_evaluation>`` output all work on those offsets, so a new format only has
-to produce steps; nothing downstream knows where a trajectory came from.
+to produce steps; nothing downstream knows where a trajectory came from: what a later
+stage needs from the format (how a repaired response is re-cut into steps, how routing reads
+an expectation) travels on the trajectory, and ``source_format`` is description only.
+
+In Parquet ``steps`` is a nested column (``list<struct>``), written and read by pyarrow, so
+no stage decodes step JSON.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+ReparseRule = Literal["xml_tags"]
+"""How a tag-repaired response is cut into steps again (see ``formats.reparser``)."""
 
 StepKind = Literal["thought", "tool_call", "tool_result", "answer", "text", "user", "system"]
 
@@ -68,12 +77,22 @@ class Trajectory(BaseModel):
     reward: float | None = None
     final_label: float | None = None
     agent_version: str | None = None
+    reparse: ReparseRule | None = Field(
+        default=None, description="Set by formats whose response is the user's own tagged "
+        "text: preprocessing may repair the tags and re-cut the steps with this rule.")
+    empty_expectation_means_no_call: bool = Field(
+        default=False, description="An empty expected_tools means 'call no tool' (BFCL "
+        "irrelevance, routing cases), not 'no particular tool required'.")
+    expected_arguments_are_options: bool = Field(
+        default=False, description="Each expected argument lists the acceptable values "
+        "(BFCL), rather than being the one value expected.")
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def to_row(self) -> dict[str, Any]:
-        """Flatten to a Parquet-friendly row: nested values become JSON strings."""
+        """A Parquet-friendly row: steps stay nested (list of structs); the free-form
+        values (``extra``, expectations of any shape) become JSON strings."""
         row = self.model_dump(exclude={"steps", "extra", "expected_tools", "expected_calls"})
-        row["steps"] = steps_to_json(self.steps)
+        row["steps"] = steps_to_rows(self.steps)
         row["extra"] = json.dumps(self.extra, ensure_ascii=False, default=str)
         row["expected_tools"] = (
             json.dumps(self.expected_tools) if self.expected_tools is not None else None
@@ -114,15 +133,14 @@ class ParseResult(BaseModel):
 _STEP_LIST = TypeAdapter(list[Step])
 
 
-def steps_to_json(steps: list[Step]) -> str:
-    """The ``steps`` column's text: one serializer call for the whole list.
+def steps_to_rows(steps: list[Step]) -> list[dict[str, Any]]:
+    """The ``steps`` cell: plain dicts that pyarrow writes as ``list<struct>``."""
+    return _STEP_LIST.dump_python(steps)
 
-    pydantic writes it in Rust; ``json.dumps`` over ``model_dump`` per step took as long
-    as parsing the record.
+
+def steps_from_rows(value: Iterable[Mapping[str, Any]] | None) -> list[Step]:
+    """Steps back from the ``steps`` column (dicts, as pyarrow reads a ``list<struct>``).
+
+    Validated in one pydantic call; no JSON is involved.
     """
-    return _STEP_LIST.dump_json(steps).decode("utf-8")
-
-
-def steps_from_json(text: str | bytes) -> list[Step]:
-    """Steps back from the ``steps`` column: parsed and validated in one call."""
-    return _STEP_LIST.validate_json(text)
+    return _STEP_LIST.validate_python(list(value) if value is not None else [])

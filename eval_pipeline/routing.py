@@ -12,16 +12,12 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+import pandas as pd
 from pydantic import BaseModel
 
-from eval_pipeline.models import Step
+from eval_pipeline.models import Step, steps_from_rows
 
 RoutingMode = Literal["subset", "exact"]
-# Formats whose expected arguments list the acceptable values of each parameter.
-ACCEPTABLE_VALUE_FORMATS = frozenset({"bfcl"})
-# Formats where an empty expectation means "call no tool" (BFCL irrelevance, routing cases).
-# Elsewhere (tau-bench gold *write* actions) it only means no particular tool is required.
-EMPTY_MEANS_NO_CALL_FORMATS = frozenset({"bfcl", "routing_cases"})
 
 
 def normalize_tool(name: str) -> str:
@@ -112,11 +108,14 @@ def check_arguments(calls: Sequence[Step], expected_calls: Iterable[Mapping[str,
 def check_routing(trajectory_id: str, task_id: str, steps: Sequence[Step],
                   expected_tools: Sequence[str],
                   expected_calls: Sequence[Mapping[str, Any]] | None = None,
-                  source_format: str = "", mode: RoutingMode = "subset") -> RoutingResult:
+                  mode: RoutingMode = "subset", *, empty_means_no_call: bool = False,
+                  arguments_are_options: bool = False) -> RoutingResult:
     """Pass when every expected tool was called (``exact``: and nothing else).
 
-    An empty expectation means the agent should call no tool at all for the formats that
-    say so (BFCL irrelevance, routing cases); elsewhere no particular tool is required.
+    The two flags come from the trajectory, set by its parser: an empty expectation means
+    "call no tool" where the source says so (BFCL irrelevance, routing cases), elsewhere
+    (tau-bench gold *write* actions) only that no particular tool is required; BFCL's
+    expected arguments list the acceptable values of each parameter.
     """
     calls = [s for s in steps if s.kind == "tool_call"]
     actual = list(dict.fromkeys(s.tool_name or "?" for s in calls))
@@ -124,7 +123,7 @@ def check_routing(trajectory_id: str, task_id: str, steps: Sequence[Step],
     expected_norm = {normalize_tool(t) for t in expected_tools}
     missing = [t for t in expected_tools if normalize_tool(t) not in actual_norm]
     unexpected = [t for t in actual if normalize_tool(t) not in expected_norm]
-    if not expected_tools and source_format in EMPTY_MEANS_NO_CALL_FORMATS:
+    if not expected_tools and empty_means_no_call:
         passed = not actual
         reason = "Correctly called no tool" if passed else f"Expected no tool call, got {actual}"
     elif not expected_tools:
@@ -140,8 +139,7 @@ def check_routing(trajectory_id: str, task_id: str, steps: Sequence[Step],
     else:
         passed = True
         reason = f"Correct tools called: {sorted(set(actual) - set(unexpected)) or actual}"
-    checked, failures = check_arguments(calls, expected_calls or [],
-                                        source_format in ACCEPTABLE_VALUE_FORMATS)
+    checked, failures = check_arguments(calls, expected_calls or [], arguments_are_options)
     return RoutingResult(
         trajectory_id=trajectory_id,
         task_id=task_id,
@@ -155,6 +153,34 @@ def check_routing(trajectory_id: str, task_id: str, steps: Sequence[Step],
         arguments_passed=(not failures) if checked else None,
         argument_failures=failures,
     )
+
+
+ROUTING_LIST_COLUMNS = ("expected_tools", "actual_tools", "missing", "unexpected",
+                        "argument_failures")
+
+
+def routing_table(preprocessed: pd.DataFrame, mode: RoutingMode
+                  ) -> tuple[pd.DataFrame, list[RoutingResult]]:
+    """Checks of every trajectory that carries expected tools; rules read off the rows."""
+    results = []
+    for row in preprocessed.to_dict("records"):
+        expected = row.get("expected_tools")
+        if not isinstance(expected, str):  # no expectation recorded: nothing to check
+            continue
+        calls = row.get("expected_calls")
+        results.append(check_routing(
+            row["trajectory_id"], str(row["task_id"]), steps_from_rows(row["steps"]),
+            json.loads(expected), json.loads(calls) if isinstance(calls, str) else None,
+            mode, empty_means_no_call=bool(row.get("empty_expectation_means_no_call")),
+            arguments_are_options=bool(row.get("expected_arguments_are_options")),
+        ))
+    rows: list[dict[str, Any]] = []
+    for r in results:
+        out = r.model_dump()
+        for column in ROUTING_LIST_COLUMNS:
+            out[column] = json.dumps(out[column], ensure_ascii=False)
+        rows.append(out)
+    return pd.DataFrame(rows, columns=list(RoutingResult.model_fields)), results
 
 
 def render_report(results: Sequence[RoutingResult]) -> str:

@@ -2,11 +2,10 @@ import json
 
 import pandas as pd
 
-from eval_pipeline.assets.routing import routing_table
 from eval_pipeline.ingest import ReadOptions, preprocess_batch, read_batch
 from eval_pipeline.models import Step
 from eval_pipeline.preprocess import PreprocessConfig
-from eval_pipeline.routing import check_routing, render_report
+from eval_pipeline.routing import check_routing, render_report, routing_table
 
 
 def _call(name: str, args: dict | None = None) -> Step:
@@ -29,10 +28,11 @@ def test_expected_tools_called_passes_and_missing_fails_with_reason():
 
 def test_empty_expectation_depends_on_what_the_source_means():
     calls = [_call("get_user_details")]
-    assert not check_routing("t", "irrelevance", calls, [], source_format="bfcl").passed
-    assert check_routing("t", "irrelevance", [], [], source_format="bfcl").passed
+    # BFCL irrelevance: the parser says an empty expectation means "call nothing".
+    assert not check_routing("t", "irrelevance", calls, [], empty_means_no_call=True).passed
+    assert check_routing("t", "irrelevance", [], [], empty_means_no_call=True).passed
     # tau-bench: no gold write action does not forbid reading.
-    assert check_routing("t", "tau", calls, [], source_format="tau_bench").passed
+    assert check_routing("t", "tau", calls, []).passed
 
 
 def test_arguments_against_acceptable_values_and_exact_values():
@@ -40,18 +40,17 @@ def test_arguments_against_acceptable_values_and_exact_values():
                          ["calc_area"],
                          [{"name": "calc_area",
                            "arguments": {"base": [10], "height": [5], "unit": ["units", ""]}}],
-                         source_format="bfcl")
+                         arguments_are_options=True)
     assert bfcl.arguments_checked == 1 and bfcl.arguments_passed is True
     wrong = check_routing("t", "area", [_call("calc_area", {"base": 11, "height": 5})],
                           ["calc_area"],
                           [{"name": "calc_area", "arguments": {"base": [10], "height": [5]}}],
-                          source_format="bfcl")
+                          arguments_are_options=True)
     assert wrong.passed and wrong.arguments_passed is False
     assert "base=11" in wrong.argument_failures[0]
     tau = check_routing("t", "book", [_call("book", {"cabin": "economy", "bags": 1})],
                         ["book"], [{"name": "book", "arguments": {"cabin": "economy",
-                                                                   "bags": 0}}],
-                        source_format="tau_bench")
+                                                                   "bags": 0}}])
     assert tau.arguments_passed is False and "bags=1, expected 0" in tau.argument_failures[0]
 
 

@@ -1,42 +1,13 @@
 """Deterministic routing checks per batch: expected tools against the tools called."""
 
-import json
-from typing import Any
-
 import dagster as dg
 import pandas as pd
 
 from eval_pipeline.assets.metadata import per_batch_output, preview
-from eval_pipeline.models import steps_from_json
 from eval_pipeline.partitions import batches_backfill_policy, batches_partitions_def
-from eval_pipeline.routing import RoutingResult, check_routing, render_report
+from eval_pipeline.routing import RoutingResult, render_report, routing_table
 from eval_pipeline.settings import PipelineSettings
 from eval_pipeline.versions import source_version
-
-ROUTING_COLUMNS = list(RoutingResult.model_fields)
-_LIST_COLUMNS = ("expected_tools", "actual_tools", "missing", "unexpected", "argument_failures")
-
-
-def routing_table(preprocessed: pd.DataFrame, mode: str) -> tuple[pd.DataFrame,
-                                                                   list[RoutingResult]]:
-    results = []
-    for row in preprocessed.to_dict("records"):
-        expected = row.get("expected_tools")
-        if not isinstance(expected, str):  # no expectation recorded: nothing to check
-            continue
-        calls = row.get("expected_calls")
-        results.append(check_routing(
-            row["trajectory_id"], str(row["task_id"]), steps_from_json(row["steps"]),
-            json.loads(expected), json.loads(calls) if isinstance(calls, str) else None,
-            str(row.get("source_format") or ""), mode,  # type: ignore[arg-type]
-        ))
-    rows: list[dict[str, Any]] = []
-    for r in results:
-        out = r.model_dump()
-        for column in _LIST_COLUMNS:
-            out[column] = json.dumps(out[column], ensure_ascii=False)
-        rows.append(out)
-    return pd.DataFrame(rows, columns=ROUTING_COLUMNS), results
 
 
 @dg.asset(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from eval_pipeline.formats.base import FormatParser, make_context
@@ -34,8 +34,8 @@ from eval_pipeline.formats.spans import OpenInferenceSpanParser
 from eval_pipeline.formats.swe_agent import SweAgentParser, SweAgentPredsParser
 from eval_pipeline.formats.tau_bench import TauBenchParser
 from eval_pipeline.formats.toolbench import ToolBenchParser
-from eval_pipeline.formats.xml_tags import XmlTagParser
-from eval_pipeline.models import ParseResult, QuarantinedRecord
+from eval_pipeline.formats.xml_tags import XmlTagParser, parse_xml_response
+from eval_pipeline.models import ParseResult, QuarantinedRecord, ReparseRule, Step
 from eval_pipeline.tool_registry import ToolRegistry
 
 PARSERS: dict[str, FormatParser] = {
@@ -120,6 +120,18 @@ def parse_file(
 WHOLE_FILE_FORMATS = frozenset({"openinference_spans", "bfcl", "bfcl_answers"})
 
 
+def reparser(rule: ReparseRule | None, registry: ToolRegistry
+             ) -> Callable[[str], list[Step]] | None:
+    """The step cutter a trajectory's ``reparse`` rule names, for a tag-repaired response.
+
+    ``None`` for trajectories whose response the parser rendered itself (chat, spans):
+    there is nothing of the user's to repair.
+    """
+    if rule == "xml_tags":
+        return lambda text: parse_xml_response(text, registry)
+    return None
+
+
 def splittable_by_line(path: Path, format_name: str | None = None) -> bool:
     """Whether a JSONL drop may be cut into batches between lines."""
     return (format_name or detect_format(path)) not in WHOLE_FILE_FORMATS
@@ -154,6 +166,7 @@ __all__ = [
     "detect_format",
     "discover_files",
     "parse_file",
+    "reparser",
     "splittable_by_line",
     "unregistered_tool_counts",
 ]

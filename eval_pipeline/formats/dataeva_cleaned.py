@@ -16,13 +16,16 @@ from eval_pipeline.formats.chat import render_messages
 from eval_pipeline.formats.chat_records import first_user_text
 from eval_pipeline.formats.records import JsonRecordsParser, RecordError, as_bool, as_str
 from eval_pipeline.formats.xml_tags import analyze_xml_response
-from eval_pipeline.models import Trajectory
+from eval_pipeline.models import ReparseRule, Trajectory
 
 FORMAT_NAME = "dataeva_cleaned"
 
 
 class DataEvaCleanedParser(JsonRecordsParser):
     name: ClassVar[str] = FORMAT_NAME
+    # Tag repair re-cuts with the XML rule (also the text rendered from conversations, as
+    # before this was carried on the trajectory).
+    reparse: ClassVar[ReparseRule | None] = "xml_tags"
 
     def sniff(self, path: Path, head: str) -> float:
         return 0.95 if '"sft_data"' in head else 0.0

@@ -22,7 +22,13 @@ from eval_pipeline.formats.base import (
     iter_records,
     trajectory_id,
 )
-from eval_pipeline.models import GENERIC_TOOL_TYPE, ParseResult, Step, Trajectory
+from eval_pipeline.models import (
+    GENERIC_TOOL_TYPE,
+    ParseResult,
+    ReparseRule,
+    Step,
+    Trajectory,
+)
 
 
 class RecordError(Exception):
@@ -93,6 +99,11 @@ class JsonRecordsParser:
     #: a file that does not parse becomes one quarantined record instead of many.
     whole_file: ClassVar[bool] = False
     keyed: ClassVar[bool] = False
+    #: What later stages need to know about this format's records; they travel on each
+    #: trajectory so no stage after parsing branches on the format's name.
+    reparse: ClassVar[ReparseRule | None] = None
+    empty_expectation_means_no_call: ClassVar[bool] = False
+    expected_arguments_are_options: ClassVar[bool] = False
 
     def records(self, path: Path) -> Iterator[RawRecord]:
         data = path.read_bytes()
@@ -115,6 +126,9 @@ class JsonRecordsParser:
             source_file=ctx.source_file,
             source_line=rec.line,
             source_format=self.name,
+            reparse=self.reparse,
+            empty_expectation_means_no_call=self.empty_expectation_means_no_call,
+            expected_arguments_are_options=self.expected_arguments_are_options,
             **fields,
         )
 

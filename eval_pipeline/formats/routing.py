@@ -58,6 +58,7 @@ def _signed(satisfied: bool | None) -> float | None:
 
 class RoutingCaseParser(JsonRecordsParser):
     name: ClassVar[str] = "routing_cases"
+    empty_expectation_means_no_call: ClassVar[bool] = True
     PROMPT_KEYS: ClassVar[tuple[str, ...]] = ("prompt", "query", "question", "input", "task")
 
     def sniff(self, path: Path, head: str) -> float:
@@ -148,6 +149,8 @@ def expected_from_ground_truth(truth: Any) -> list[dict[str, Any]]:
 
 class BfclParser(JsonRecordsParser):
     name: ClassVar[str] = "bfcl"
+    empty_expectation_means_no_call: ClassVar[bool] = True
+    expected_arguments_are_options: ClassVar[bool] = True
 
     def sniff(self, path: Path, head: str) -> float:
         if re.search(r'"question"\s*:\s*\[\s*\[', head):

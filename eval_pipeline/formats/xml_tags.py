@@ -27,7 +27,7 @@ from eval_pipeline.formats.records import (
     as_float,
     as_str,
 )
-from eval_pipeline.models import GENERIC_TOOL_TYPE, Step, Trajectory
+from eval_pipeline.models import GENERIC_TOOL_TYPE, ReparseRule, Step, Trajectory
 from eval_pipeline.tool_registry import ToolRegistry
 
 FORMAT_NAME = "xml_tags"
@@ -211,6 +211,7 @@ class XmlTagParser(JsonRecordsParser):
     """
 
     name: ClassVar[str] = FORMAT_NAME
+    reparse: ClassVar[ReparseRule | None] = "xml_tags"
     known_fields: ClassVar[set[str]] = {
         "timestamp", "task_id", "task_description", "duration", "success", "final_result",
         "raw_response", "full_response_with_evaluation",
