@@ -6,7 +6,7 @@ code; parsers ask it which tags are tool calls and which rubric a call is scored
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -24,7 +24,7 @@ class ToolTypeSpec(BaseModel):
 class ToolRegistry(BaseModel):
     tool_types: dict[str, ToolTypeSpec]
 
-    @property
+    @cached_property
     def tool_tags(self) -> list[str]:
         """Every XML tag that wraps a tool call, longest first so regex alternation is greedy."""
         tags = {t.lower() for spec in self.tool_types.values() for t in spec.tags}

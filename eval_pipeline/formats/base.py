@@ -71,12 +71,16 @@ class ParseContext:
         )
 
 
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 13))
+
+
 def _looks_binary(raw: bytes) -> bool:
     """NUL bytes or mostly control bytes: not text that any JSON writer produced."""
     if b"\x00" in raw:
         return True
     sample = raw[:4096]
-    controls = sum(1 for b in sample if b < 32 and b not in (9, 10, 13))
+    # Counted in C (translate deletes them): a Python loop over bytes cost a third of parsing.
+    controls = len(sample) - len(sample.translate(None, _CONTROL_BYTES))
     return controls > len(sample) * 0.1
 
 
