@@ -6,11 +6,12 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,d
 
 - ``stages``: each domain stage on the inputs, timed in plain Python; the median of
   interleaved repeats after a warm-up (first calls pay imports and pandas set-up).
-- ``drop``: parse + preprocess + clips of a generated drop (``--drop-mb``, written to a
-  temporary folder) against bare ``json.loads`` of the same lines, as a ratio measured in
-  the same run, in one process and in a pool of one process per core.
-- ``memory``: peak RSS of splitting and parsing generated 50 MB and 500 MB drops, each in a
-  fresh process.
+- ``drop``: parse + preprocess + clips of a generated drop (``--drop-mb``, the corpora's
+  XML-tag records copied with new task ids, written to a temporary folder) against bare
+  ``json.loads`` of the same lines, as a ratio measured in the same run, in one process and
+  in a pool of one process per core.
+- ``memory``: peak RSS of splitting generated 50 MB and 500 MB drops and running each batch
+  through parse, preprocess and clips, each drop in a fresh process.
 - ``dagster``: the CLI's Dagster path end to end, so orchestration cost per batch shows.
 """
 
@@ -45,7 +46,7 @@ from eval_pipeline.splitting import split_drop
 from eval_pipeline.tool_registry import default_registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from drops import write_drop
+from drops import write_corpus_drop
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPORA = Path(os.environ.get("EVAL_PIPELINE_CORPORA", ROOT.parent / "shared" / "corpora"))
@@ -148,7 +149,7 @@ def _json_only(path: Path) -> int:
 def drop_section(megabytes: float, split_size: int, repeats: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         drop = Path(tmp) / "generated.jsonl"
-        lines = write_drop(drop, megabytes)
+        lines = write_corpus_drop(drop, megabytes, CORPORA)
         size = drop.stat().st_size / 1e6
         manifests = split_drop(drop, Path(tmp) / "batches", split_size)
         batches = [Path(tmp) / "batches" / "generated" / m.batch_file for m in manifests]
@@ -172,11 +173,11 @@ def drop_section(megabytes: float, split_size: int, repeats: int) -> None:
 
 
 def _child_split_parse(drop: Path, out: Path, split_size: int) -> None:
-    """Split a drop and parse every batch, then print this process's peak RSS in MiB."""
+    """Split a drop and run every batch through parse, preprocess and clips (as the CLI's
+    data stages do, one batch at a time), then print this process's peak RSS in MiB."""
     for manifest in split_drop(drop, out, split_size):
         path = out / drop.stem / manifest.batch_file
-        raw, _q = ingest.read_batch(path, manifest, manifest.partition_key)
-        del raw
+        _batch_stages(path)
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
@@ -185,13 +186,13 @@ def memory_section(split_size: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for megabytes in (50, 500):
             drop = Path(tmp) / f"drop{megabytes}.jsonl"
-            write_drop(drop, megabytes)
+            write_corpus_drop(drop, megabytes, CORPORA)
             done = subprocess.run(
                 [sys.executable, __file__, "--child-split", str(drop), str(Path(tmp) / "b"),
                  str(split_size)], check=True, capture_output=True, text=True)
             rows.append([f"{megabytes} MB", split_size, f"{float(done.stdout):.0f}"])
             drop.unlink()
-    print(tabulate(rows, headers=["split + parse of a drop", "batch size",
+    print(tabulate(rows, headers=["split + parse/preprocess/clips", "batch size",
                                   "peak RSS (MiB)"]))
 
 

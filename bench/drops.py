@@ -92,3 +92,38 @@ def write_drop(path: Path, megabytes: float, seed: int = 12) -> int:
             written += len(line.encode("utf-8")) + 1
             lines += 1
     return lines
+
+
+def corpus_records(corpora: Path) -> list[str]:
+    """The XML-tag records of the corpora (agent-data-platform, DataEva), as JSON lines."""
+    files = [*sorted((corpora / "agent_data_platform").glob("*.jsonl")),
+             corpora / "dataeva" / "demo01.jsonl", corpora / "dataeva" / "demo02.jsonl"]
+    lines: list[str] = []
+    for path in files:
+        if path.exists():
+            lines += [line for line in path.read_text("utf-8").splitlines()
+                      if '"raw_response"' in line]
+    return lines
+
+
+def write_corpus_drop(path: Path, megabytes: float, corpora: Path, seed: int = 12) -> int:
+    """A drop of about ``megabytes`` MB cut from the corpora's XML records with new task ids.
+
+    The records keep their real sizes and quirks (mostly 5-30 kB, some 100-300 kB); each copy
+    gets a fresh ``task_id`` so duplicate detection sees distinct tasks.
+    """
+    rng = random.Random(seed)
+    records = corpus_records(corpora)
+    if not records:
+        return write_drop(path, megabytes, seed)
+    target = int(megabytes * 1_000_000)
+    written = lines = 0
+    with path.open("w", encoding="utf-8") as fh:
+        while written < target:
+            value = json.loads(rng.choice(records))
+            value["task_id"] = f"copy{lines}_{value.get('task_id', '')}"
+            line = json.dumps(value, ensure_ascii=False)
+            fh.write(line + "\n")
+            written += len(line.encode("utf-8")) + 1
+            lines += 1
+    return lines
