@@ -32,6 +32,7 @@ PREPROCESSED_EXTRA = [
     "tool_call_count", "has_duplicates", "format_corrected", "preprocessing_flags",
     "preprocessing_metadata", "beta_threshold",
 ]
+_TRAJECTORY_FIELDS = frozenset(Trajectory.model_fields)
 CLIP_COLUMNS = ["trajectory_id", "batch", "task_id", *Clip.model_fields]
 
 
@@ -107,7 +108,7 @@ def _row_to_trajectory(row: dict) -> Trajectory:
     for key in ("expected_tools", "expected_calls"):
         data[key] = json.loads(row[key]) if isinstance(row.get(key), str) else None
     clean = {k: (None if isinstance(v, float) and pd.isna(v) else v) for k, v in data.items()
-             if k in Trajectory.model_fields}
+             if k in _TRAJECTORY_FIELDS}
     return Trajectory.model_validate(clean)
 
 

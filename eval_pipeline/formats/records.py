@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from eval_pipeline.formats.base import (
     ParseContext,
     RawRecord,
+    file_stem,
     iter_json_document,
     iter_records,
     trajectory_id,
@@ -118,7 +119,7 @@ class JsonRecordsParser:
     def trajectory(self, rec: RawRecord, ctx: ParseContext, index: int, **fields: Any
                    ) -> Trajectory:
         """A trajectory with the identity fields every format shares filled in."""
-        fields.setdefault("task_id", f"{Path(ctx.source_file).stem}:{rec.line}")
+        fields.setdefault("task_id", f"{file_stem(ctx.source_file)}:{rec.line}")
         fields.setdefault("task_description", "")
         return Trajectory(
             trajectory_id=trajectory_id(ctx.source_file, index, rec.text),
