@@ -157,13 +157,19 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
 def clips_table(preprocessed: pd.DataFrame) -> pd.DataFrame:
     """Clips of every trajectory; only the five columns they need are read."""
     columns = ["trajectory_id", "batch", "task_id", "raw_response", "steps"]
-    rows = []
+    # Built column by column: a DataFrame from one dict per clip cost three quarters of
+    # the stage (pyinstrument).
+    out: dict[str, list[object]] = {c: [] for c in CLIP_COLUMNS}
+    fields = list(Clip.model_fields)
     for tid, batch, task_id, text, steps in zip(
             *(preprocessed[c].tolist() for c in columns), strict=True):
         for clip in segment(text, steps_from_rows(steps)):
-            rows.append({"trajectory_id": tid, "batch": batch, "task_id": task_id,
-                         **clip.model_dump()})
-    return pd.DataFrame(rows, columns=CLIP_COLUMNS)
+            out["trajectory_id"].append(tid)
+            out["batch"].append(batch)
+            out["task_id"].append(task_id)
+            for name in fields:
+                out[name].append(getattr(clip, name))
+    return pd.DataFrame(out, columns=CLIP_COLUMNS)
 
 
 def _none_if_na(value: object) -> object:
