@@ -97,8 +97,17 @@ def read_batch(path: Path, manifest: BatchManifest | None, batch: str,
     raw = [relocated(t) for t in parsed.trajectories]
     quarantined = [q.model_copy(update={"source_line": original(q.source_line)}).model_dump()
                    for q in parsed.quarantined]
-    return (pd.DataFrame(raw, columns=list(Trajectory.model_fields)),
+    return (_frame(raw, list(Trajectory.model_fields)),
             pd.DataFrame(quarantined, columns=QUARANTINE_COLUMNS))
+
+
+def _frame(rows: list[dict[str, object]], columns: list[str]) -> pd.DataFrame:
+    """A DataFrame from row dicts, handed to pandas column by column: the same frame as
+    ``pd.DataFrame(rows, columns=...)`` without pandas probing every dict (checked equal on
+    the corpora; up to 2 x faster on the tau-bench file, equal on small ones)."""
+    if not rows:  # empty lists would make float columns; the empty table keeps object ones
+        return pd.DataFrame([], columns=columns)
+    return pd.DataFrame({c: [r.get(c) for r in rows] for c in columns}, columns=columns)
 
 
 def _row_to_trajectory(row: dict) -> Trajectory:
@@ -150,7 +159,7 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
                 "tool_call_count": o.tool_call_count,
                 "duplicate_calls": json.dumps(o.duplicate_calls, ensure_ascii=False),
             })
-    kept = pd.DataFrame(kept_rows, columns=list(Trajectory.model_fields) + PREPROCESSED_EXTRA)
+    kept = _frame(kept_rows, list(Trajectory.model_fields) + PREPROCESSED_EXTRA)
     return kept, pd.DataFrame(removed_rows, columns=REPORT_COLUMNS), summarize(outcomes)
 
 
