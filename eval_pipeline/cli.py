@@ -9,11 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-import dagster as dg
 import pandas as pd
 from pydantic import ValidationError
 
@@ -23,6 +21,7 @@ from eval_pipeline.local_run import (
     PipelineInputError,
     collect_inputs,
     ensure_dagster_home,
+    hide_beta_warnings,
     run_pipeline,
 )
 from eval_pipeline.preprocess import PreprocessConfig
@@ -190,9 +189,7 @@ def read_options(args: argparse.Namespace) -> ReadOptions:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.verbose:
-        # Dagster marks single-run backfill policies "beta": a notice for the project's
-        # developers, not for someone evaluating trajectories; --verbose shows it.
-        warnings.filterwarnings("ignore", category=dg.BetaWarning)
+        hide_beta_warnings()
     try:
         if args.judges is not None and not args.judges.is_file():
             raise CliError(f"judges file not found: {args.judges}")

@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import shutil
 import sys
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -74,6 +75,14 @@ def default_dagster_home() -> Path:
 # any level.
 INSTANCE_YAML = "telemetry:\n  enabled: false\npython_logs:\n  python_log_level: INFO\n"
 _OLD_INSTANCE_YAML = "telemetry:\n  enabled: false\n"
+
+
+def hide_beta_warnings() -> None:
+    """Dagster marks single-run backfill policies "beta": a notice for the project's
+    developers, not for someone evaluating trajectories (the CLI shows it with --verbose)."""
+    from dagster import BetaWarning
+
+    warnings.filterwarnings("ignore", category=BetaWarning)
 
 
 def ensure_dagster_home() -> Path:
