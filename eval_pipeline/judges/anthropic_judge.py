@@ -27,7 +27,7 @@ from anthropic.types import Message
 
 from eval_pipeline.judges.base import JudgeReply, JudgeRequest
 from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline.judges.errors import InvalidOutput
+from eval_pipeline.judges.errors import InvalidOutput, Tokens
 from eval_pipeline.judges.schema import SCHEMA_NAME
 from eval_pipeline.judges.sdk_judge import SdkJudge
 
@@ -66,8 +66,8 @@ class AnthropicJudge(SdkJudge):
             raise self._translate(exc) from None
 
     def _read(self, request: JudgeRequest, message: Message) -> JudgeReply:
-        tokens_in = message.usage.input_tokens if message.usage else 0
-        tokens_out = message.usage.output_tokens if message.usage else 0
+        tokens: Tokens = {"tokens_in": message.usage.input_tokens if message.usage else 0,
+                          "tokens_out": message.usage.output_tokens if message.usage else 0}
         calls: list[Any] = [b for b in message.content if getattr(b, "type", None) == "tool_use"
                             and getattr(b, "name", None) == SCHEMA_NAME]
         text = "\n".join(getattr(b, "text", "") for b in message.content
@@ -75,15 +75,14 @@ class AnthropicJudge(SdkJudge):
         raw = json.dumps(calls[0].input, ensure_ascii=False) if calls else text
         if message.stop_reason == "max_tokens":
             raise InvalidOutput(f"response cut off at max_tokens={self.config.max_tokens}",
-                                raw_response=raw, tokens_in=tokens_in, tokens_out=tokens_out)
+                                raw_response=raw, **tokens)
         if calls:
-            return self._reply(request, data=calls[0].input, raw=raw, tokens_in=tokens_in,
-                               tokens_out=tokens_out)
+            return self._reply(request, data=calls[0].input, raw=raw, **tokens)
         if self.reply_mode == "tool" and self.endpoint.output_mode_forced:
             raise InvalidOutput(f"no {SCHEMA_NAME} tool call in the response "
                                 f"(stop_reason={message.stop_reason})", raw_response=raw,
-                                tokens_in=tokens_in, tokens_out=tokens_out)
-        return self._reply(request, text=text, tokens_in=tokens_in, tokens_out=tokens_out)
+                                **tokens)
+        return self._reply(request, text=text, **tokens)
 
     async def score(self, request: JudgeRequest) -> JudgeReply:
         async with self._gate.turn():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TypedDict
 
 from eval_pipeline.judges.base import JudgeError
 
@@ -26,6 +27,13 @@ class TransientJudgeError(JudgeError):
 
 class FatalProviderError(JudgeError):
     """Retrying cannot help and every later call will fail the same way (bad key, no model)."""
+
+
+class Tokens(TypedDict):
+    """What a reply cost, passed as keyword arguments to a reply or an InvalidOutput."""
+
+    tokens_in: int
+    tokens_out: int
 
 
 class InvalidOutput(JudgeError):

@@ -33,7 +33,7 @@ from openai.types.chat import ChatCompletion
 
 from eval_pipeline.judges.base import JudgeReply, JudgeRequest
 from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline.judges.errors import FatalProviderError, InvalidOutput, redact
+from eval_pipeline.judges.errors import FatalProviderError, InvalidOutput, Tokens, redact
 from eval_pipeline.judges.presets import sends_temperature
 from eval_pipeline.judges.schema import SCHEMA_NAME
 from eval_pipeline.judges.sdk_judge import SdkJudge
@@ -126,11 +126,10 @@ class OpenAIJudge(SdkJudge):
             completion = await self._create(request)
             self._gate.settled = True
         usage = completion.usage
-        tokens_in = usage.prompt_tokens if usage else 0
-        tokens_out = usage.completion_tokens if usage else 0
+        tokens: Tokens = {"tokens_in": usage.prompt_tokens if usage else 0,
+                          "tokens_out": usage.completion_tokens if usage else 0}
         if not completion.choices:
-            raise InvalidOutput("response has no choices", tokens_in=tokens_in,
-                                tokens_out=tokens_out)
+            raise InvalidOutput("response has no choices", **tokens)
         choice = completion.choices[0]
         content = choice.message.content or ""
         # getattr, not isinstance: a compatible server may leave out the call's "type".
@@ -139,10 +138,10 @@ class OpenAIJudge(SdkJudge):
         raw = calls[0].function.arguments if calls else content
         if getattr(choice.message, "refusal", None):
             raise InvalidOutput(f"model refused: {choice.message.refusal}", raw_response=raw,
-                                tokens_in=tokens_in, tokens_out=tokens_out)
+                                **tokens)
         if choice.finish_reason == "length":
             raise InvalidOutput(f"response cut off at max_tokens={self.config.max_tokens}",
-                                raw_response=raw, tokens_in=tokens_in, tokens_out=tokens_out)
+                                raw_response=raw, **tokens)
         # A forced call's arguments are a JSON string; a server without tool calling puts
         # the answer in the text instead, which is read the same way.
-        return self._reply(request, text=raw, tokens_in=tokens_in, tokens_out=tokens_out)
+        return self._reply(request, text=raw, **tokens)
