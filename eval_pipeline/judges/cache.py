@@ -51,6 +51,36 @@ def cache_key(identity: dict[str, Any], request: JudgeRequest) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
+_BUSY_SECONDS = 30.0
+
+
+def _setup_with_retry(conn: sqlite3.Connection) -> None:
+    """Switch to WAL and create the table, retrying while another process does the same.
+
+    Converting a fresh file to WAL takes an exclusive lock and SQLite answers "database is
+    locked" at once, without its busy handler, when two processes convert together (the
+    multiprocess executor starting several batches); the mode is stored in the file, so a
+    retry a moment later finds it done.
+    """
+    deadline = time.monotonic() + _BUSY_SECONDS
+    delay = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS judge_calls ("
+                " key TEXT PRIMARY KEY, judge TEXT NOT NULL, model TEXT NOT NULL,"
+                " reply TEXT NOT NULL, created_at REAL NOT NULL)"
+            )
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
 class JudgeCache:
     """Get and put validated replies; safe to share between processes and threads."""
 
@@ -58,16 +88,10 @@ class JudgeCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, timeout=30.0, check_same_thread=False,
+        self._conn = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, check_same_thread=False,
                                      isolation_level=None)
-        self._conn.execute("PRAGMA busy_timeout=30000")
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS judge_calls ("
-            " key TEXT PRIMARY KEY, judge TEXT NOT NULL, model TEXT NOT NULL,"
-            " reply TEXT NOT NULL, created_at REAL NOT NULL)"
-        )
+        self._conn.execute(f"PRAGMA busy_timeout={int(_BUSY_SECONDS * 1000)}")
+        _setup_with_retry(self._conn)
 
     def __repr__(self) -> str:
         return f"JudgeCache({str(self.path)!r})"

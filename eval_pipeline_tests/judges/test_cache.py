@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +113,28 @@ def test_cache_is_shared_across_processes(openai_server, tmp_path):
     shared = JudgeCache(path)
     assert len(shared) == 56
     shared.close()
+
+
+def test_many_openers_of_a_fresh_cache_all_succeed(tmp_path):
+    # CI saw "database is locked" when two workers created the same cache at once: SQLite
+    # refuses a concurrent switch to WAL without waiting. Six connections race on a fresh file
+    # per round; before the fix about 1 round in 12 failed.
+    failures: list[Exception] = []
+    for round_ in range(100):
+        path = tmp_path / f"race{round_}.sqlite"
+        barrier = threading.Barrier(6)
+
+        def open_and_close(path: Path, barrier: threading.Barrier) -> None:
+            barrier.wait()
+            try:
+                JudgeCache(path).close()
+            except Exception as exc:  # collected and asserted below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=open_and_close, args=(path, barrier))
+                   for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert failures == []
