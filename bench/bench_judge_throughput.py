@@ -230,7 +230,7 @@ def cli_seconds(drop: Path, judges_yaml: str | None) -> float:
             judges.write_text(judges_yaml)
             command += ["--judges", str(judges)]
         env = {**os.environ, KEY_ENV: "bench-key", "PYTHONPATH": str(ROOT),
-               "DAGSTER_HOME": tmp, "EVAL_PIPELINE_CACHE_DIR": str(Path(tmp) / "cache")}
+               "DAGSTER_HOME": tmp, "EVAL_PIPELINE_STORE": str(Path(tmp) / "store")}
         start = time.perf_counter()
         done = subprocess.run(command, env=env, check=False, capture_output=True, cwd=tmp,
                               text=True)

@@ -204,8 +204,8 @@ def dagster_section(files: list[Path]) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["DAGSTER_HOME"] = str(Path(tmp) / "home")
             start = time.perf_counter()
-            tables = run_pipeline(path, Path(tmp) / "out",
-                                  [JudgeConfig(name="heuristic")], split_size=10)
+            tables = run_pipeline(path, Path(tmp) / "out", [JudgeConfig(name="heuristic")],
+                                  split_size=10, store=Path(tmp) / "store").tables
             elapsed = time.perf_counter() - start
             batches = tables["raw_trajectories"]["batch"].nunique()
             records = len(tables["raw_trajectories"]) + len(tables["quarantine"])

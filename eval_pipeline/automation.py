@@ -13,8 +13,14 @@ from eval_pipeline.partitions import (
     batches_partitions_def,
 )
 from eval_pipeline.settings import PipelineSettings
-from eval_pipeline.splitting import drop_fingerprint, find_batch, list_drops, split_drop
-from eval_pipeline.staleness import BatchState, why_stale
+from eval_pipeline.splitting import (
+    MissingBatchError,
+    drop_fingerprint,
+    find_batch,
+    list_drops,
+    split_drop,
+)
+from eval_pipeline.staleness import BATCH_FILE_GONE, BatchState, why_stale
 
 REPORT_KEY = dg.AssetKey("evaluation_report")
 
@@ -81,7 +87,7 @@ def batch_state(instance: dg.DagsterInstance, pipeline: PipelineSettings, partit
     ingested = raw.metadata.get("batch_fingerprint") if raw else None
     try:
         current = find_batch(pipeline.batches_path, partition)[1].fingerprint
-    except FileNotFoundError:
+    except MissingBatchError:
         current = None
     versions: dict[str, str | None] = {}
     for key in assets:
@@ -120,12 +126,19 @@ def build_daily_schedule() -> dg.ScheduleDefinition:
                                by_name)
             if reason:
                 by_reason.setdefault(reason, []).append(key)
+        gone = by_reason.pop(BATCH_FILE_GONE, [])
+        if gone:
+            context.log.warning(
+                f"skipped {len(gone)} batch(es) whose batch file is gone under "
+                f"{pipeline.batches_path}: {', '.join(gone)}; remove them with "
+                f"`eval-pipeline forget {' '.join(gone)}`")
         day = f"{context.scheduled_execution_time:%Y%m%d}"
         requests = [batch_run_request(batches, f"{batches[0]}...{batches[-1]}:{day}",
                                       {"eval_pipeline/rerun_reason": reason})
                     for reason, keys in by_reason.items()
                     for batches in batch_ranges(keys, ordered)]
-        return requests or dg.SkipReason("every batch is up to date")
+        skipped = f"; skipped {len(gone)} batch(es) whose batch file is gone" if gone else ""
+        return requests or dg.SkipReason(f"every batch is up to date{skipped}")
 
     return daily_rerun_schedule
 

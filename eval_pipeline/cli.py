@@ -21,6 +21,7 @@ from eval_pipeline.local_run import (
     PipelineInputError,
     collect_inputs,
     ensure_dagster_home,
+    forget_batches,
     hide_beta_warnings,
     run_pipeline,
 )
@@ -134,7 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the whole pipeline on a file or a folder")
     run.add_argument("input", type=Path, help="a trajectory file or a folder of them")
-    run.add_argument("--output", "-o", type=Path, required=True, help="output folder")
+    run.add_argument("--output", "-o", type=Path, required=True,
+                     help="where this run's exports go: evaluated.jsonl, one Parquet per "
+                          "asset, the report")
+    run.add_argument("--store", type=Path, default=None,
+                     help="the instance's store of batch files and asset Parquet, shared "
+                          "with the UI (default: $EVAL_PIPELINE_STORE, else the folder this "
+                          "instance used last, else the project's data/)")
     run.add_argument("--judges", type=Path, default=None,
                      help="judges YAML file (default: the offline heuristic judge)")
     run.add_argument("--split-size", type=_positive, default=10,
@@ -160,7 +167,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true",
                      help="print the judge calls, tokens and cost the run would make; "
                      "call nothing")
+    forget = sub.add_parser(
+        "forget", help="unregister batch partitions from the instance (e.g. whose batch "
+        "file is gone); their Parquet stays in the store")
+    forget.add_argument("batches", nargs="+", help="batch partition keys")
     return parser
+
+
+def forget_command(batches: Sequence[str]) -> int:
+    ensure_dagster_home()
+    unknown = forget_batches(batches)
+    for key in batches:
+        print(f"{'not registered' if key in unknown else 'forgot'}: {key}")
+    return 1 if unknown else 0
 
 
 def read_options(args: argparse.Namespace) -> ReadOptions:
@@ -188,6 +207,8 @@ def read_options(args: argparse.Namespace) -> ReadOptions:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "forget":
+        return forget_command(args.batches)
     if not args.verbose:
         hide_beta_warnings()
     try:
@@ -208,24 +229,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(dry_run(collect_inputs(args.input), judges, preprocess=preprocess,
                           read=read).to_table())
             return 0
-        tables = run_pipeline(args.input, args.output, judges, args.split_size,
+        result = run_pipeline(args.input, args.output, judges, args.split_size,
                               preprocess, read,
                               "DEBUG" if args.verbose else "WARNING", args.workers,
-                              args.batches_per_run)
+                              args.batches_per_run, args.store)
     except PipelineInputError as exc:
         print(f"eval-pipeline: error: {exc}", file=sys.stderr)
         return 1
     from tabulate import tabulate
 
-    batches = len(list((args.output / "batches").glob("*/*.manifest.json")))
-    lines = summary_lines(tables, batches, judges)
+    tables = result.tables
+    lines = summary_lines(tables, len(result.batches), judges)
     failures = failed_judges(tables, judges)
     if failures:
         lines.insert(0, ("JUDGES FAILED", ", ".join(failures)))
     print(tabulate(lines, headers=["", "value"], tablefmt="simple"))
     print(f"\nwrote {args.output / 'evaluated.jsonl'} and "
           f"{len(tables)} asset tables to {args.output}/")
-    print(f"Dagster instance: {os.environ['DAGSTER_HOME']} (open it with dagster dev)")
+    print(f"store (batches, asset Parquet): {result.store.root}")
+    print(f"Dagster instance: {os.environ['DAGSTER_HOME']} (open it from the project folder "
+          f"with: DAGSTER_HOME={os.environ['DAGSTER_HOME']} dg dev)")
     for line in failures.values():
         print(f"eval-pipeline: {line}", file=sys.stderr)
     return JUDGMENTS_FAILED if failures else 0

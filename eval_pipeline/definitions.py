@@ -22,13 +22,12 @@ from eval_pipeline.automation import (
     report_after_batch_sensor,
     report_job,
 )
-from eval_pipeline.io_manager import DEFAULT_ASSETS_DIR, ParquetIOManager
+from eval_pipeline.io_manager import ParquetIOManager
 from eval_pipeline.judges.config import JudgeConfig, load_judges
 from eval_pipeline.resources import judge_resources
 from eval_pipeline.settings import PipelineSettings
 
 JUDGES_FILE_ENV = "EVAL_PIPELINE_JUDGES"
-ASSETS_DIR_ENV = "EVAL_PIPELINE_ASSETS_DIR"
 
 
 def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
@@ -55,7 +54,7 @@ def build_definitions(
         sensors=[new_drop_sensor, report_after_batch_sensor],
         schedules=[build_daily_schedule()],
         resources={
-            "io_manager": ParquetIOManager(base_path=assets_dir or DEFAULT_ASSETS_DIR),
+            "io_manager": ParquetIOManager(base_path=assets_dir),
             "pipeline": pipeline or PipelineSettings(),
             **judge_resources(judges),
         },
@@ -64,8 +63,6 @@ def build_definitions(
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    """The UI's code location: judges from $EVAL_PIPELINE_JUDGES, else the heuristic judge."""
-    return build_definitions(
-        load_judges(os.environ.get(JUDGES_FILE_ENV) or None),
-        assets_dir=os.environ.get(ASSETS_DIR_ENV) or None,
-    )
+    """The UI's code location: judges from $EVAL_PIPELINE_JUDGES, else the heuristic judge;
+    files in the instance's store (see :mod:`eval_pipeline.store`), as the CLI's."""
+    return build_definitions(load_judges(os.environ.get(JUDGES_FILE_ENV) or None))

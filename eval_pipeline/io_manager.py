@@ -19,7 +19,7 @@ import pandas as pd
 from dagster._core.storage.upath_io_manager import is_dict_type
 from upath import UPath
 
-DEFAULT_ASSETS_DIR = "data/assets"
+from eval_pipeline.store import resolve_store
 
 Frames = dict[str, pd.DataFrame]
 """One DataFrame per batch partition of a run: what partitioned assets return and read."""
@@ -102,7 +102,9 @@ def by_partition(obj: pd.DataFrame | Mapping[str, pd.DataFrame], keys: list[str]
 class ParquetIOManager(dg.ConfigurableIOManagerFactory):
     """Parquet files at ``<base_path>/<asset key path>/<partition>.parquet``."""
 
-    base_path: str = DEFAULT_ASSETS_DIR
+    base_path: str | None = None
+    """Default: the store's assets/ folder (see :mod:`eval_pipeline.store`)."""
 
     def create_io_manager(self, context: dg.InitResourceContext) -> ParquetUPathIOManager:
-        return ParquetUPathIOManager(base_path=UPath(os.path.expanduser(self.base_path)))
+        base = self.base_path or str(resolve_store().assets)
+        return ParquetUPathIOManager(base_path=UPath(os.path.expanduser(base)))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import shutil
 import sys
 import warnings
 from collections.abc import Sequence
@@ -24,7 +23,15 @@ import pandas as pd
 from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.preprocess import PreprocessConfig
-from eval_pipeline.splitting import DROP_SUFFIXES, BatchManifest, split_drop, unique_bases
+from eval_pipeline.report import build_report
+from eval_pipeline.splitting import (
+    DROP_SUFFIXES,
+    MANIFEST_SUFFIX,
+    BatchManifest,
+    split_drop,
+    unique_bases,
+)
+from eval_pipeline.store import Store, project_root, record_store, resolve_store
 
 DAGSTER_HOME_DIRNAME = ".dagster_home"
 _SKIP_DIRS = {"batches", "assets", "output", DAGSTER_HOME_DIRNAME, "__pycache__"}
@@ -59,22 +66,20 @@ def collect_inputs(path: Path, exclude: Path | None = None) -> list[Path]:
 
 def default_dagster_home() -> Path:
     """Inside the project when run from it (git-ignored), else in the user's home."""
-    cwd = Path.cwd()
-    if (cwd / "workspace.yaml").exists():
-        return cwd / DAGSTER_HOME_DIRNAME
-    project = Path(__file__).resolve().parents[1]
-    if (project / "workspace.yaml").exists():
+    project = project_root()
+    if project is not None:
         return project / DAGSTER_HOME_DIRNAME
     return Path.home() / ".eval_pipeline" / "dagster_home"
 
 
-# The instance settings the CLI writes into a new DAGSTER_HOME. python_log_level INFO keeps
-# plain debug log lines out of the event log: the IO manager's "Loading file from ..." line
-# per partition and input was one SQLite event write each (about 10% of a 44-batch run's
-# wall time, profiled); Dagster's own events (materializations, step events) are stored at
-# any level.
-INSTANCE_YAML = "telemetry:\n  enabled: false\npython_logs:\n  python_log_level: INFO\n"
-_OLD_INSTANCE_YAML = "telemetry:\n  enabled: false\n"
+# The instance settings the CLI writes into a new DAGSTER_HOME: the template shipped with the
+# package (commented, for users to edit). Files an earlier version of the CLI wrote are
+# brought up to date; any other file is the user's and stays as it is.
+INSTANCE_TEMPLATE = Path(__file__).with_name("dagster.yaml")
+_EARLIER_INSTANCE_YAMLS = (
+    "telemetry:\n  enabled: false\n",
+    "telemetry:\n  enabled: false\npython_logs:\n  python_log_level: INFO\n",
+)
 
 
 def hide_beta_warnings() -> None:
@@ -89,18 +94,22 @@ def ensure_dagster_home() -> Path:
     home = Path(os.environ.get("DAGSTER_HOME") or default_dagster_home()).resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    # A file the user wrote is theirs; one this CLI wrote before is brought up to date.
-    if not config.exists() or config.read_text("utf-8") == _OLD_INSTANCE_YAML:
-        config.write_text(INSTANCE_YAML, "utf-8")
+    if not config.exists() or config.read_text("utf-8") in _EARLIER_INSTANCE_YAMLS:
+        config.write_text(INSTANCE_TEMPLATE.read_text("utf-8"), "utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     return home
 
 
 def split_inputs(inputs: Sequence[Path], batches_dir: Path, split_size: int,
-                 read: ReadOptions) -> list[BatchManifest]:
+                 read: ReadOptions) -> tuple[list[BatchManifest], list[str]]:
+    """The batches of every input, and the keys of earlier batches of the same drops that
+    this split no longer makes (a drop that shrank, or a new split size)."""
     manifests: list[BatchManifest] = []
+    before: set[str] = set()
     bases = unique_bases(list(inputs))
     for drop in inputs:
+        before |= {m.name.split(".")[0]
+                   for m in (batches_dir / bases[drop]).glob(f"*{MANIFEST_SUFFIX}")}
         for manifest in split_drop(drop, batches_dir, split_size, read.format_for(drop),
                                    base=bases[drop]):
             if any(m.partition_key == manifest.partition_key for m in manifests):
@@ -108,24 +117,29 @@ def split_inputs(inputs: Sequence[Path], batches_dir: Path, split_size: int,
                     f"two inputs map to batch {manifest.partition_key!r}: rename one of the "
                     f"files named {drop.name!r}")
             manifests.append(manifest)
-    return manifests
+    return manifests, sorted(before - {m.partition_key for m in manifests})
 
 
-def export_tables(assets_dir: Path, output: Path) -> dict[str, pd.DataFrame]:
-    """One Parquet per asset at the top of DIR, all batches concatenated."""
+def export_tables(assets_dir: Path, output: Path, partitions: Sequence[str],
+                  assets: Sequence[Sequence[str]]) -> dict[str, pd.DataFrame]:
+    """One Parquet per asset of this run in ``output``, its batches concatenated.
+
+    The store holds every batch the instance knows, so only ``partitions`` (this run's) of
+    the ``assets`` (key paths in the current graph: no judge removed since) are exported, and
+    the report is rebuilt over those batches, as the instance's report covers them all.
+    """
     tables: dict[str, pd.DataFrame] = {}
-    for single in sorted(assets_dir.rglob("*.parquet")):
-        rel = single.relative_to(assets_dir)
-        if len(rel.parts) == 1:  # unpartitioned asset: <base>/<name>.parquet
-            tables[rel.stem] = pd.read_parquet(single)
-    for folder in sorted(p for p in assets_dir.rglob("*") if p.is_dir()):
-        files = sorted(folder.glob("*.parquet"))
-        if not files or any(p.is_dir() for p in folder.iterdir()):
-            continue
-        name = "__".join(folder.relative_to(assets_dir).parts)
-        frames = [pd.read_parquet(f) for f in files]
-        nonempty = [f for f in frames if len(f)]
-        tables[name] = pd.concat(nonempty, ignore_index=True) if nonempty else frames[0]
+    for path in assets:
+        files = [assets_dir.joinpath(*path, f"{key}.parquet") for key in partitions]
+        frames = [pd.read_parquet(f) for f in files if f.exists()]
+        if frames:
+            nonempty = [f for f in frames if len(f)]
+            tables["__".join(path)] = (pd.concat(nonempty, ignore_index=True) if nonempty
+                                       else frames[0])
+    summaries = tables.get("trajectory_summaries")
+    if summaries is not None:
+        tables["evaluation_report"] = build_report(
+            {str(batch): frame for batch, frame in summaries.groupby("batch", sort=True)})
     for name, table in tables.items():
         table.to_parquet(output / f"{name}.parquet", index=False)
     return tables
@@ -142,6 +156,15 @@ def write_evaluated(summaries: pd.DataFrame, path: Path) -> int:
             record["evaluation_metadata"] = json.loads(row["evaluation_metadata"])
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
     return len(ordered)
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    tables: dict[str, pd.DataFrame]
+    """This run's exports by name (asset key path joined with ``__``)."""
+    batches: list[str]
+    """This run's batch partitions, in order."""
+    store: Store
 
 
 @dataclass(frozen=True)
@@ -218,38 +241,39 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
                  split_size: int = 10, preprocess: PreprocessConfig | None = None,
                  read: ReadOptions | None = None, log_level: str = "WARNING",
                  workers: int = 1, batches_per_run: int | None = None,
-                 ) -> dict[str, pd.DataFrame]:
+                 store: Path | None = None) -> PipelineResult:
     """Run every stage for every batch through Dagster and export the results.
 
-    Batches are evaluated ``batches_per_run`` at a time (None: all in one run), each run a
-    partition range of the batch job, so a run's fixed cost (run creation, event log) and
-    its judge scheduler are shared by its batches. With ``workers > 1`` the runs are spread
-    over that many processes recording into the same instance; they contend for its SQLite
-    event log, so this pays off with slow (LLM) judges or a Postgres-backed instance.
+    Batch files and asset Parquet go to the instance's store (``store``, else as
+    :func:`eval_pipeline.store.resolve_store` finds it), where the UI's code location reads
+    them; ``output`` only receives this run's exports. Batches are evaluated
+    ``batches_per_run`` at a time (None: all in one run), each run a partition range of the
+    batch job, so a run's fixed cost (run creation, event log) and its judge scheduler are
+    shared by its batches. With ``workers > 1`` the runs are spread over that many processes
+    recording into the same instance; they contend for its SQLite event log, so this pays
+    off with slow (LLM) judges or a Postgres-backed instance.
     """
     import dagster as dg
 
     from eval_pipeline.partitions import BATCHES_PARTITION, batch_ranges
 
     check_judge_keys(judges)
+    where = resolve_store(store)
     inputs = collect_inputs(input_path, exclude=output)
     output.mkdir(parents=True, exist_ok=True)
-    batches_dir, assets_dir = output / "batches", output / "assets"
-    for folder in (batches_dir, assets_dir):
-        if folder.exists():
-            shutil.rmtree(folder)
     read = read or ReadOptions()
-    manifests = split_inputs(inputs, batches_dir, split_size, read)
-    ensure_dagster_home()
+    manifests, dropped = split_inputs(inputs, where.batches, split_size, read)
+    record_store(ensure_dagster_home(), where)
     preprocess = preprocess or PreprocessConfig()
     spec = BatchRunSpec(
         judges=tuple(judges),
-        pipeline={"batches_dir": str(batches_dir.resolve()), "split_size": split_size,
-                  **read.model_dump(), **preprocess.model_dump()},
-        assets_dir=str(assets_dir.resolve()),
+        pipeline={"batches_dir": str(where.batches), "incoming_dir": str(where.incoming),
+                  "split_size": split_size, **read.model_dump(), **preprocess.model_dump()},
+        assets_dir=str(where.assets),
         log_level=log_level,
     )
     keys = [m.partition_key for m in manifests]
+    forget_batches(dropped)  # their batch files are gone: not partitions to rerun daily
     with dg.DagsterInstance.get() as instance:
         instance.add_dynamic_partitions(BATCHES_PARTITION, keys)
         ordered = instance.get_dynamic_partitions(BATCHES_PARTITION)
@@ -273,10 +297,26 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
                          spec.run_config)
     if error:
         raise PipelineInputError(f"evaluation report failed: {error}")
-    tables = export_tables(assets_dir, output)
+    per_batch = [key.path for key in defs.resolve_asset_graph().get_all_asset_keys()
+                 if key != dg.AssetKey("evaluation_report")]
+    tables = export_tables(where.assets, output, keys, sorted(per_batch))
     write_evaluated(tables.get("trajectory_summaries", pd.DataFrame()),
                     output / "evaluated.jsonl")
-    return tables
+    return PipelineResult(tables, keys, where)
+
+
+def forget_batches(keys: Sequence[str]) -> list[str]:
+    """Unregister batch partitions from the instance; the keys that were not registered."""
+    import dagster as dg
+
+    from eval_pipeline.partitions import BATCHES_PARTITION
+
+    with dg.DagsterInstance.get() as instance:
+        known = set(instance.get_dynamic_partitions(BATCHES_PARTITION))
+        for key in keys:
+            if key in known:
+                instance.delete_dynamic_partition(BATCHES_PARTITION, key)
+    return [key for key in keys if key not in known]
 
 
 def _first_failure(result) -> str:

@@ -1,7 +1,7 @@
 """Pipeline settings as a Dagster resource: folders, split size and preprocessing rules.
 
-Defaults are relative to the working directory (the project root under ``dagster dev``);
-the CLI and tests override them per run.
+The folders default to the instance's store (:mod:`eval_pipeline.store`), the same one the
+CLI writes, so the UI can re-materialize what the CLI made; tests override them per run.
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ from pydantic import Field
 from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.preprocess import FilterMode, PreprocessConfig
 from eval_pipeline.routing import RoutingMode
+from eval_pipeline.store import resolve_store
 
 
 class PipelineSettings(dg.ConfigurableResource):
-    incoming_dir: str = "data/incoming"
-    batches_dir: str = "data/batches"
+    incoming_dir: str | None = None
+    """Drops the sensor watches; default: the store's incoming/."""
+    batches_dir: str | None = None
+    """Batch files and manifests; default: the store's batches/."""
     split_size: int = 10
     beta_threshold: int = 15
     frequency_filter: FilterMode = "remove"
@@ -35,11 +38,11 @@ class PipelineSettings(dg.ConfigurableResource):
 
     @property
     def incoming_path(self) -> Path:
-        return Path(self.incoming_dir)
+        return Path(self.incoming_dir) if self.incoming_dir else resolve_store().incoming
 
     @property
     def batches_path(self) -> Path:
-        return Path(self.batches_dir)
+        return Path(self.batches_dir) if self.batches_dir else resolve_store().batches
 
     def read_options(self) -> ReadOptions:
         return ReadOptions(input_format=self.input_format,

@@ -114,15 +114,23 @@ def _manifest(base: str, index: int, drop_file: str, lines: list[int], fingerpri
                          lines=lines, fingerprint=fingerprint)
 
 
+class MissingBatchError(FileNotFoundError):
+    """A registered partition whose batch file is gone (deleted, or another store)."""
+
+
 def find_batch(batches_dir: Path, partition_key: str) -> tuple[Path, BatchManifest]:
     """Locate a partition's batch file through its manifest."""
     matches = sorted(batches_dir.glob(f"*/{partition_key}.*{MANIFEST_SUFFIX}"))
-    if not matches:
-        raise FileNotFoundError(
-            f"no batch file for partition {partition_key!r} under {batches_dir}"
-        )
-    manifest = BatchManifest.model_validate(json.loads(matches[0].read_text("utf-8")))
-    return matches[0].parent / manifest.batch_file, manifest
+    manifest = (BatchManifest.model_validate(json.loads(matches[0].read_text("utf-8")))
+                if matches else None)
+    path = matches[0].parent / manifest.batch_file if manifest and matches else None
+    if manifest is None or path is None or not path.is_file():
+        missing = path or batches_dir / "*" / f"{partition_key}.jsonl"
+        raise MissingBatchError(
+            f"batch {partition_key!r} has no batch file ({missing} is missing); batches are "
+            f"made by dropping a file into the incoming folder (the new_drop_sensor splits "
+            f"it) or by eval-pipeline run")
+    return path, manifest
 
 
 DROP_SUFFIXES = {".jsonl", ".ndjson", ".json", ".txt", ".log", ".traj", ".parquet"}

@@ -24,6 +24,16 @@ def corpora_dir() -> Path:
     return CORPORA_DIR
 
 
+@pytest.fixture(autouse=True)
+def isolated_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own store: none writes batch files or Parquet into data/."""
+    from eval_pipeline.store import STORE_ENV
+
+    store = tmp_path / "store"
+    monkeypatch.setenv(STORE_ENV, str(store))
+    return store
+
+
 @pytest.fixture(scope="session")
 def project_root() -> Path:
     return PROJECT_ROOT

@@ -2,7 +2,6 @@
 
 import json
 import shutil
-from datetime import UTC, datetime
 
 import dagster as dg
 import pytest
@@ -16,7 +15,7 @@ from eval_pipeline.partitions import (
     batch_ranges,
 )
 from eval_pipeline.settings import PipelineSettings
-from eval_pipeline_tests.dagster_helpers import PER_BATCH, build_definitions_for
+from eval_pipeline_tests.dagster_helpers import PER_BATCH, build_definitions_for, daily_tick
 
 
 def _sensor(defs, instance, cursor=None):
@@ -82,12 +81,7 @@ def test_daily_schedule_requests_missing_then_changed_judges_only(
     keys = instance.get_dynamic_partitions(BATCHES_PARTITION)
 
     def tick(d):
-        schedule = d.resolve_schedule_def("daily_rerun_schedule")
-        with dg.build_schedule_context(
-            instance=instance, scheduled_execution_time=datetime(2026, 11, 22, 3, tzinfo=UTC),
-            resources={"pipeline": d.resources["pipeline"]},
-            repository_def=d.get_repository_def()) as context:
-            return schedule.evaluate_tick(context)
+        return daily_tick(d, instance)
 
     first = tick(defs)
     assert len(first.run_requests) == 1  # every missing batch in one run

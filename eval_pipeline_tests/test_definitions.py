@@ -76,17 +76,21 @@ def test_judges_are_separate_assets_of_one_step_that_can_run_alone():
     assert {c.asset_key for c in node.check_keys} == {key_a, key_b}
 
 
-def test_the_ui_location_reads_the_judges_file_and_assets_dir_from_the_environment(
+def test_the_ui_location_reads_the_judges_file_and_store_from_the_environment(
         tmp_path, monkeypatch):
     judges = tmp_path / "judges.yaml"
     judges.write_text("judges:\n  - name: rules\n    provider: heuristic\n"
                       "  - name: gpt\n    provider: openai\n    model: gpt-4.1-mini\n"
                       "    api_key_env: SOME_KEY_NAME\n", "utf-8")
     monkeypatch.setenv("EVAL_PIPELINE_JUDGES", str(judges))
-    monkeypatch.setenv("EVAL_PIPELINE_ASSETS_DIR", str(tmp_path / "assets"))
+    monkeypatch.setenv("EVAL_PIPELINE_STORE", str(tmp_path / "elsewhere"))
     loaded = defs()
     keys = {k.to_user_string() for k in loaded.resolve_asset_graph().get_all_asset_keys()}
     assert {"judgments/rules", "judgments/gpt"} <= keys and "judgments/heuristic" not in keys
-    assert loaded.resources["io_manager"].base_path == str(tmp_path / "assets")
+    manager = loaded.resources["io_manager"].create_io_manager(
+        dg.build_init_resource_context())
+    assert str(manager._base_path) == str(tmp_path / "elsewhere" / "assets")
+    assert loaded.resources["pipeline"].batches_path == tmp_path / "elsewhere" / "batches"
+    assert loaded.resources["pipeline"].incoming_path == tmp_path / "elsewhere" / "incoming"
     # The key is an EnvVar reference, not a value: loading needs no key at all.
     assert "SOME_KEY_NAME" in repr(loaded.resources["judge_gpt"].api_key)

@@ -1,4 +1,4 @@
-from eval_pipeline.staleness import BatchState, why_stale
+from eval_pipeline.staleness import BATCH_FILE_GONE, BatchState, why_stale
 
 EXPECTED = {"raw_trajectories": "r1", "clips": "c1", "judgments/gpt": "g1"}
 
@@ -21,8 +21,11 @@ def test_reasons_in_order_of_what_users_look_for():
     assert why_stale(_state(code_versions=changed), EXPECTED) == "judge gpt changed"
     assert why_stale(_state(code_versions=dict(EXPECTED, clips="old")), EXPECTED) \
         == "code of clips changed"
-    # A batch file that vanished is not "new data"; a never-run judge is a change.
-    assert why_stale(_state(current_fingerprint=None), EXPECTED) is None
+    # A batch file that vanished is its own state (the schedule skips it), whatever else
+    # holds; a never-run judge is a change.
+    assert why_stale(_state(current_fingerprint=None), EXPECTED) == BATCH_FILE_GONE
+    assert why_stale(_state(current_fingerprint=None, summarized=False), EXPECTED) \
+        == BATCH_FILE_GONE
     assert why_stale(_state(code_versions={k: v for k, v in EXPECTED.items()
                                            if k != "judgments/gpt"}), EXPECTED) \
         == "judge gpt changed"

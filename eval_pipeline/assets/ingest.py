@@ -11,7 +11,7 @@ from eval_pipeline.assets.metadata import counts, per_batch_output, preview
 from eval_pipeline.io_manager import Frames
 from eval_pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.settings import PipelineSettings
-from eval_pipeline.splitting import find_batch
+from eval_pipeline.splitting import MissingBatchError, find_batch
 from eval_pipeline.versions import source_version
 
 INGEST_GROUP = "ingest"
@@ -78,7 +78,10 @@ def raw_trajectories(
     duplicated: dict[str, object] = {}
     records_read = duplicates = 0
     for batch in context.partition_keys:
-        path, manifest = find_batch(pipeline.batches_path, batch)
+        try:
+            path, manifest = find_batch(pipeline.batches_path, batch)
+        except MissingBatchError as exc:  # a state to name, not a stack trace to read
+            raise dg.Failure(description=str(exc), allow_retries=False) from None
         raw, quarantined = ingest.read_batch(path, manifest, batch, pipeline.read_options())
         raws[batch], quarantines[batch] = raw, quarantined
         expected = (len(manifest.lines) if manifest.lines is not None
