@@ -1,8 +1,9 @@
 """The issue's demonstration: ``eval-pipeline run`` with LLM judges on fake servers.
 
 Through the whole Dagster graph: both providers score every clip, a rerun of the same
-input makes no call (every row cached), and the key is nowhere in the outputs, the Parquet
-tables or the Dagster instance.
+input makes no call (every row cached), nor does the UI's code location re-materializing a
+batch on the same instance, and the key is nowhere in the outputs, the store's Parquet or
+the Dagster instance.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import json
 import socket
 from pathlib import Path
 
+import dagster as dg
 import pandas as pd
 import pytest
 
 from eval_pipeline.cli import main
+from eval_pipeline.definitions import defs
+from eval_pipeline.partitions import BATCHES_PARTITION
 
 KEY = "sk-e2e-OPENAI-0a1b2c3d4e5f"
 ANT_KEY = "sk-ant-e2e-9f8e7d6c5b4a"
@@ -27,7 +31,8 @@ def _all_bytes_contain(root: Path, needle: str) -> list[Path]:
 
 @pytest.mark.slow
 def test_cli_run_with_llm_judges_rerun_costs_nothing(openai_server, anthropic_server, tmp_path,
-                                                     monkeypatch, capsys, project_root):
+                                                     monkeypatch, capsys, project_root,
+                                                     isolated_store):
     sample = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
     if not sample.is_file():
         pytest.skip("sample drop not present")
@@ -83,9 +88,22 @@ def test_cli_run_with_llm_judges_rerun_costs_nothing(openai_server, anthropic_se
     assert gpt["cached"].all() and gpt["cost_usd"].sum() == 0.0
     capsys.readouterr()
 
+    # The UI's code location on the same instance and store, with the same judges file,
+    # re-materializes a batch's judgments from the shared judge cache: no call either.
+    monkeypatch.setenv("EVAL_PIPELINE_JUDGES", str(judges))
+    location = defs()
+    with dg.DagsterInstance.get() as instance:
+        batch = instance.get_dynamic_partitions(BATCHES_PARTITION)[0]
+        result = location.resolve_implicit_global_asset_job_def().execute_in_process(
+            instance=instance, partition_key=batch,
+            asset_selection=[dg.AssetKey(["judgments", "gpt"]),
+                             dg.AssetKey(["judgments", "claude"])])
+    assert result.success
+    assert (openai_server.calls, anthropic_server.calls) == first, "the UI must not call"
+
     for secret in (KEY, ANT_KEY):
-        assert not _all_bytes_contain(out, secret)
-        assert not _all_bytes_contain(tmp_path / "home", secret)
+        for folder in (out, tmp_path / "home", isolated_store):
+            assert not _all_bytes_contain(folder, secret), folder
 
 
 @pytest.mark.slow
