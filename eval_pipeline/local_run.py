@@ -177,8 +177,8 @@ class BatchRunSpec:
     log_level: str
 
     def definitions(self):
-        from eval_pipeline.definitions import build_definitions
-        from eval_pipeline.settings import PipelineSettings
+        from eval_pipeline.defs.pipeline.definitions import build_definitions
+        from eval_pipeline.defs.pipeline.settings import PipelineSettings
 
         return build_definitions(self.judges, pipeline=PipelineSettings(**self.pipeline),
                                  assets_dir=self.assets_dir)
@@ -209,7 +209,7 @@ def _execute(job, instance, run_config: dict, batches: Sequence[str] = ()) -> st
     first step failure's message, or None on success."""
     import dagster as dg
 
-    from eval_pipeline.partitions import range_tags
+    from eval_pipeline.defs.pipeline.partitions import range_tags
 
     tags = {"eval_pipeline/source": "cli", **(range_tags(batches) if batches else {})}
     try:
@@ -255,7 +255,7 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     """
     import dagster as dg
 
-    from eval_pipeline.partitions import BATCHES_PARTITION, batch_ranges
+    from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION, batch_ranges
 
     check_judge_keys(judges)
     where = resolve_store(store)
@@ -309,7 +309,7 @@ def forget_batches(keys: Sequence[str]) -> list[str]:
     """Unregister batch partitions from the instance; the keys that were not registered."""
     import dagster as dg
 
-    from eval_pipeline.partitions import BATCHES_PARTITION
+    from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION
 
     with dg.DagsterInstance.get() as instance:
         known = set(instance.get_dynamic_partitions(BATCHES_PARTITION))

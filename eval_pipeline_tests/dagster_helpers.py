@@ -7,10 +7,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from eval_pipeline.definitions import build_definitions
+from eval_pipeline.defs.pipeline.definitions import build_definitions
+from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION
+from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline.partitions import BATCHES_PARTITION
-from eval_pipeline.settings import PipelineSettings
 from eval_pipeline.splitting import split_drop
 
 PER_BATCH = dg.AssetSelection.all() - dg.AssetSelection.assets("evaluation_report")

@@ -150,7 +150,7 @@ def test_report_pools_the_seed_accuracies_per_batch_and_overall():
 
 
 def test_evaluations_config_is_validated_and_versions_the_judge_asset(tmp_path):
-    from eval_pipeline.assets.judging import judge_code_version
+    from eval_pipeline.defs.pipeline.assets.judging import judge_code_version
 
     assert JudgeConfig(name="h").evaluations == ["clip_rubric", "thought_to_tool",
                                                  "query_to_thought", "sequence_optimality"]

@@ -11,7 +11,7 @@ import pytest
 
 from eval_pipeline.cli import main
 from eval_pipeline.definitions import defs
-from eval_pipeline.partitions import BATCHES_PARTITION
+from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION
 from eval_pipeline.store import STORE_ENV, STORE_RECORD, resolve_store
 from eval_pipeline_tests.dagster_helpers import build_definitions_for, daily_tick
 

@@ -1,6 +1,6 @@
 import dagster as dg
 
-from eval_pipeline.definitions import build_definitions
+from eval_pipeline.defs.pipeline.definitions import build_definitions
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.versions import source_version
 
@@ -29,7 +29,7 @@ def test_every_asset_has_a_code_version_and_tables_differ_by_what_shapes_them():
 
 
 def test_judge_version_follows_what_shapes_its_answers_not_its_limits():
-    from eval_pipeline.assets.judging import judge_code_version
+    from eval_pipeline.defs.pipeline.assets.judging import judge_code_version
 
     base = JudgeConfig(name="j", provider="openai_compatible", base_url="http://h/v1")
     version = judge_code_version(base)

@@ -18,7 +18,7 @@ import pytest
 
 from eval_pipeline.cli import main
 from eval_pipeline.definitions import defs
-from eval_pipeline.partitions import BATCHES_PARTITION
+from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION
 
 KEY = "sk-e2e-OPENAI-0a1b2c3d4e5f"
 ANT_KEY = "sk-ant-e2e-9f8e7d6c5b4a"

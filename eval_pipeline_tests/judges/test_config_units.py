@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from eval_pipeline.defs.pipeline.resources import judge_resources
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import InvalidOutput
 from eval_pipeline.judges.presets import effective_model, resolve_endpoint
@@ -11,7 +12,6 @@ from eval_pipeline.judges.pricing import default_price, price_for
 from eval_pipeline.judges.reply import canonical_reply, validate_reply
 from eval_pipeline.judges.retry import RetryPolicy
 from eval_pipeline.judges.schema import parse_reply_text, schema_version, wire_schema
-from eval_pipeline.resources import judge_resources
 
 METRICS = ["a_metric", "b_metric"]
 LABELS = ["correct", "incorrect"]

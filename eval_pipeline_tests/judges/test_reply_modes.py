@@ -317,8 +317,8 @@ def test_each_preset_has_its_usual_key_variable(preset, variable):
 def test_a_judge_without_api_key_env_uses_the_preset_variable(openai_server, monkeypatch):
     import dagster as dg
 
+    from eval_pipeline.defs.pipeline.resources import judge_resource
     from eval_pipeline.local_run import check_judge_keys
-    from eval_pipeline.resources import judge_resource
 
     config = JudgeConfig(name="ds", provider="openai_compatible", preset="deepseek",
                          base_url=openai_server.base_url, evaluations=["clip_rubric"])

@@ -7,9 +7,9 @@ import logging
 import dagster as dg
 import pytest
 
+from eval_pipeline.defs.pipeline.resources import judge_resources
 from eval_pipeline.judges import make_judge
 from eval_pipeline.judges.errors import redact
-from eval_pipeline.resources import judge_resources
 from eval_pipeline_tests.judges import fake_servers as fs
 from eval_pipeline_tests.judges.conftest import SECRET, make_tasks
 from eval_pipeline_tests.judges.helpers import anthropic_config, openai_config, run

@@ -6,8 +6,8 @@ import dagster as dg
 import pandas as pd
 import pytest
 
+from eval_pipeline.defs.pipeline.partitions import range_tags
 from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline.partitions import range_tags
 from eval_pipeline_tests.dagster_helpers import PER_BATCH, build_definitions_for, stage_drop
 
 

@@ -1,10 +1,15 @@
+import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
-from eval_pipeline.definitions import build_definitions, defs
+from eval_pipeline.definitions import defs
+from eval_pipeline.defs.pipeline.definitions import build_definitions
 from eval_pipeline.judges.config import JudgeConfig
 
 EXPECTED = {
@@ -94,3 +99,27 @@ def test_the_ui_location_reads_the_judges_file_and_store_from_the_environment(
     assert loaded.resources["pipeline"].incoming_path == tmp_path / "elsewhere" / "incoming"
     # The key is an EnvVar reference, not a value: loading needs no key at all.
     assert "SOME_KEY_NAME" in repr(loaded.resources["judge_gpt"].api_key)
+
+
+@pytest.mark.slow
+def test_dg_loads_the_defs_folder_with_what_dg_scaffold_adds(project_root, tmp_path):
+    """A copy of the project: `dg scaffold defs` puts an asset in eval_pipeline/defs/ and
+    `dg list defs` shows it beside the whole pipeline."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("pyproject.toml", "workspace.yaml"):
+        shutil.copy(project_root / name, project / name)
+    shutil.copytree(project_root / "eval_pipeline", project / "eval_pipeline",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    dg_cli = str(Path(sys.executable).parent / "dg")
+    env = {**os.environ, "PYTHONPATH": str(project), "VIRTUAL_ENV": sys.prefix,
+           "NO_COLOR": "1"}
+    scaffold = subprocess.run([dg_cli, "scaffold", "defs", "dagster.asset", "probe.py"],
+                              cwd=project, env=env, capture_output=True, text=True)
+    assert scaffold.returncode == 0, scaffold.stderr
+    assert (project / "eval_pipeline" / "defs" / "probe.py").is_file()
+    listed = subprocess.run([dg_cli, "list", "defs", "--json"], cwd=project, env=env,
+                            capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    keys = {a["asset_key"] for a in json.loads(listed.stdout)["assets"]}
+    assert keys == EXPECTED | {"probe"}

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 import dagster as dg
 import pandas as pd
 
-from eval_pipeline.assets.metadata import per_batch_output, preview
+from eval_pipeline.defs.pipeline.assets.metadata import per_batch_output, preview
+from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
-from eval_pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.report import (
     REACT_ACCURACY_COLUMNS,
     REPORT_MEAN_KEY,

@@ -6,15 +6,15 @@ import shutil
 import dagster as dg
 import pytest
 
-from eval_pipeline.automation import new_drop_sensor
-from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline.partitions import (
+from eval_pipeline.defs.pipeline.automation import new_drop_sensor
+from eval_pipeline.defs.pipeline.partitions import (
     BATCHES_PARTITION,
     RANGE_END_TAG,
     RANGE_START_TAG,
     batch_ranges,
 )
-from eval_pipeline.settings import PipelineSettings
+from eval_pipeline.defs.pipeline.settings import PipelineSettings
+from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline_tests.dagster_helpers import PER_BATCH, build_definitions_for, daily_tick
 
 
@@ -116,7 +116,7 @@ def test_daily_schedule_requests_missing_then_changed_judges_only(
 
 @pytest.mark.slow
 def test_a_successful_batch_run_requests_the_report(project_root, tmp_path, instance):
-    from eval_pipeline.automation import report_after_batch_sensor
+    from eval_pipeline.defs.pipeline.automation import report_after_batch_sensor
     from eval_pipeline_tests.dagster_helpers import stage_drop
 
     drop = project_root / "data" / "incoming" / "sample_malformed.jsonl"

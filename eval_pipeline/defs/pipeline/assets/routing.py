@@ -3,10 +3,10 @@
 import dagster as dg
 import pandas as pd
 
-from eval_pipeline.assets.metadata import per_batch_output, preview
-from eval_pipeline.partitions import batches_backfill_policy, batches_partitions_def
+from eval_pipeline.defs.pipeline.assets.metadata import per_batch_output, preview
+from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
+from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.routing import RoutingResult, render_report, routing_table
-from eval_pipeline.settings import PipelineSettings
 from eval_pipeline.versions import source_version
 
 
@@ -15,7 +15,7 @@ from eval_pipeline.versions import source_version
     backfill_policy=batches_backfill_policy,
     group_name="judging",
     kinds={"pandas", "parquet"},
-    code_version=source_version("eval_pipeline.routing", "eval_pipeline.assets.routing"),
+    code_version=source_version("eval_pipeline.routing", __name__),
 )
 def routing_checks(context: dg.AssetExecutionContext, pipeline: PipelineSettings,
                    preprocessed_trajectories: dict[str, pd.DataFrame]) -> dg.Output:

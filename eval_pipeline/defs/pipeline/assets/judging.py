@@ -16,13 +16,13 @@ import dagster as dg
 import pandas as pd
 
 from eval_pipeline import ingest
-from eval_pipeline.assets.metadata import metric_means, per_batch_output, preview
+from eval_pipeline.defs.pipeline.assets.metadata import metric_means, per_batch_output, preview
+from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
+from eval_pipeline.defs.pipeline.resources import JudgeOutcome
 from eval_pipeline.judges.base import ClipTask
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
 from eval_pipeline.judges.runner import JudgmentRow, summarize_rows
-from eval_pipeline.partitions import batches_backfill_policy, batches_partitions_def
-from eval_pipeline.resources import JudgeOutcome
 from eval_pipeline.rubrics import templates_version
 from eval_pipeline.scoring import average_judgments
 from eval_pipeline.versions import source_version

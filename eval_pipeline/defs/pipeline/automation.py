@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from eval_pipeline.partitions import (
+from eval_pipeline.defs.pipeline.partitions import (
     BATCHES_PARTITION,
     batch_ranges,
     batch_run_request,
     batches_partitions_def,
 )
-from eval_pipeline.settings import PipelineSettings
+from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.splitting import (
     MissingBatchError,
     drop_fingerprint,

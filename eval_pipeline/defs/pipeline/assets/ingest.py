@@ -7,10 +7,10 @@ import dagster as dg
 import pandas as pd
 
 from eval_pipeline import ingest
-from eval_pipeline.assets.metadata import counts, per_batch_output, preview
-from eval_pipeline.io_manager import Frames
-from eval_pipeline.partitions import batches_backfill_policy, batches_partitions_def
-from eval_pipeline.settings import PipelineSettings
+from eval_pipeline.defs.pipeline.assets.metadata import counts, per_batch_output, preview
+from eval_pipeline.defs.pipeline.io_manager import Frames
+from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
+from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.splitting import MissingBatchError, find_batch
 from eval_pipeline.versions import source_version
 

@@ -1,0 +1,1 @@
+"""The evaluation pipeline's Dagster code; assembled in :mod:`.definitions`."""

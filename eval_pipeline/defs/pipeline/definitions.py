@@ -1,0 +1,80 @@
+"""The one place where the evaluation pipeline's definitions are assembled.
+
+dg's loader finds :func:`pipeline` here (a folder with a ``definitions.py`` is loaded from it
+alone), beside anything ``dg scaffold defs`` adds to ``eval_pipeline/defs/``; the CLI and the
+tests call :func:`build_definitions` with their own judges and settings.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import dagster as dg
+
+from eval_pipeline.defs.pipeline.assets.ingest import (
+    clips,
+    preprocessed_trajectories,
+    raw_trajectories,
+)
+from eval_pipeline.defs.pipeline.assets.judging import (
+    build_averaged_scores_asset,
+    build_judgments_asset,
+)
+from eval_pipeline.defs.pipeline.assets.routing import routing_checks
+from eval_pipeline.defs.pipeline.assets.summaries import build_summary_assets
+from eval_pipeline.defs.pipeline.automation import (
+    batch_job,
+    build_daily_schedule,
+    new_drop_sensor,
+    report_after_batch_sensor,
+    report_job,
+)
+from eval_pipeline.defs.pipeline.io_manager import ParquetIOManager
+from eval_pipeline.defs.pipeline.resources import judge_resources
+from eval_pipeline.defs.pipeline.settings import PipelineSettings
+from eval_pipeline.judges.config import JudgeConfig, load_judges
+
+JUDGES_FILE_ENV = "EVAL_PIPELINE_JUDGES"
+
+
+def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
+    return [
+        raw_trajectories,
+        preprocessed_trajectories,
+        clips,
+        routing_checks,
+        build_judgments_asset(judges),
+        build_averaged_scores_asset(judges),
+        *build_summary_assets(judges),
+    ]
+
+
+def build_definitions(
+    judges: Sequence[JudgeConfig],
+    *,
+    pipeline: PipelineSettings | None = None,
+    assets_dir: str | None = None,
+) -> dg.Definitions:
+    return dg.Definitions(
+        assets=build_assets(judges),
+        jobs=[batch_job, report_job],
+        sensors=[new_drop_sensor, report_after_batch_sensor],
+        schedules=[build_daily_schedule()],
+        resources={
+            "io_manager": ParquetIOManager(base_path=assets_dir),
+            "pipeline": pipeline or PipelineSettings(),
+            **judge_resources(judges),
+        },
+    )
+
+
+def location_definitions() -> dg.Definitions:
+    """The UI's pipeline: judges from $EVAL_PIPELINE_JUDGES, else the heuristic judge; files
+    in the instance's store (see :mod:`eval_pipeline.store`), as the CLI's."""
+    return build_definitions(load_judges(os.environ.get(JUDGES_FILE_ENV) or None))
+
+
+@dg.definitions
+def pipeline() -> dg.Definitions:
+    return location_definitions()
