@@ -26,7 +26,7 @@ import pytest
 from eval_pipeline.cli import main
 from eval_pipeline_tests.judges import llamacpp_server
 
-# Minutes on an idle 2-core machine; many more where other work shares the cores.
+# 84 s on an idle 2-core machine; 15 minutes where other test runs share the cores.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 _MISSING = llamacpp_server.missing_packages()
