@@ -16,10 +16,13 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import BinaryIO
 
 import pandas as pd
 
+from eval_pipeline.atomic import StoreBusyError, exclusive_store, write_atomic
 from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.preprocess import PreprocessConfig
@@ -141,20 +144,23 @@ def export_tables(assets_dir: Path, output: Path, partitions: Sequence[str],
         tables["evaluation_report"] = build_report(
             {str(batch): frame for batch, frame in summaries.groupby("batch", sort=True)})
     for name, table in tables.items():
-        table.to_parquet(output / f"{name}.parquet", index=False)
+        write_atomic(output / f"{name}.parquet", partial(table.to_parquet, index=False))
     return tables
 
 
 def write_evaluated(summaries: pd.DataFrame, path: Path) -> int:
     """The original tool's output records: the input fields plus the evaluations."""
     ordered = summaries.sort_values(["batch", "source_line"]) if len(summaries) else summaries
-    with path.open("w", encoding="utf-8") as fh:
+
+    def write(fh: BinaryIO) -> None:
         for row in ordered.to_dict("records"):
             record = {k: (None if isinstance(row.get(k), float) and pd.isna(row.get(k))
                           else row.get(k)) for k in EVALUATED_FIELDS}
             record["full_response_with_evaluations"] = row["full_response_with_evaluations"]
             record["evaluation_metadata"] = json.loads(row["evaluation_metadata"])
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+            fh.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+
+    write_atomic(path, write)
     return len(ordered)
 
 
@@ -253,18 +259,29 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     recording into the same instance; they contend for its SQLite event log, so this pays
     off with slow (LLM) judges or a Postgres-backed instance.
     """
+    check_judge_keys(judges)
+    where = resolve_store(store)
+    try:
+        with exclusive_store(where.root):  # a second CLI run on the store is refused at once
+            return _run_in_store(where, input_path, output, judges, split_size,
+                                 preprocess or PreprocessConfig(), read or ReadOptions(),
+                                 log_level, workers, batches_per_run)
+    except StoreBusyError as exc:
+        raise PipelineInputError(str(exc)) from None
+
+
+def _run_in_store(where: Store, input_path: Path, output: Path,
+                  judges: Sequence[JudgeConfig], split_size: int,
+                  preprocess: PreprocessConfig, read: ReadOptions, log_level: str,
+                  workers: int, batches_per_run: int | None) -> PipelineResult:
     import dagster as dg
 
     from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION, batch_ranges
 
-    check_judge_keys(judges)
-    where = resolve_store(store)
     inputs = collect_inputs(input_path, exclude=output)
     output.mkdir(parents=True, exist_ok=True)
-    read = read or ReadOptions()
     manifests, dropped = split_inputs(inputs, where.batches, split_size, read)
     record_store(ensure_dagster_home(), where)
-    preprocess = preprocess or PreprocessConfig()
     spec = BatchRunSpec(
         judges=tuple(judges),
         pipeline={"batches_dir": str(where.batches), "incoming_dir": str(where.incoming),
@@ -275,7 +292,8 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     keys = [m.partition_key for m in manifests]
     forget_batches(dropped)  # their batch files are gone: not partitions to rerun daily
     with dg.DagsterInstance.get() as instance:
-        instance.add_dynamic_partitions(BATCHES_PARTITION, keys)
+        known = set(instance.get_dynamic_partitions(BATCHES_PARTITION))
+        instance.add_dynamic_partitions(BATCHES_PARTITION, [k for k in keys if k not in known])
         ordered = instance.get_dynamic_partitions(BATCHES_PARTITION)
     if batches_per_run is None and workers > 1:
         batches_per_run = -(-len(keys) // workers)  # one run per worker

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from eval_pipeline.atomic import replace_folder
+
 LINE_SPLIT_SUFFIXES = {".jsonl", ".ndjson"}
 MANIFEST_SUFFIX = ".manifest.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -54,27 +56,28 @@ def split_drop(drop: Path, batches_dir: Path, split_size: int,
     if split_size < 1:
         raise ValueError(f"split_size must be at least 1, got {split_size}")
     base = partition_key_for(base or drop.stem)
-    out_dir = batches_dir / base
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
     fingerprint = drop_fingerprint(drop)
     manifests: list[BatchManifest] = []
 
-    if drop.suffix.lower() not in LINE_SPLIT_SUFFIXES or not splittable_by_line(
-        drop, format_name
-    ):
-        key = f"{base}01"
-        target = out_dir / f"{key}{drop.suffix.lower()}"
-        shutil.copyfile(drop, target)
-        manifests.append(BatchManifest(partition_key=key, drop_file=str(drop.resolve()),
-                                       batch_file=target.name, fingerprint=fingerprint))
-    else:
-        manifests = list(_split_lines(drop, out_dir, base, split_size, fingerprint))
-    for manifest in manifests:
-        (out_dir / (manifest.batch_file + MANIFEST_SUFFIX)).write_text(
-            manifest.model_dump_json(indent=2), "utf-8"
-        )
+    def fill(out_dir: Path) -> None:
+        if drop.suffix.lower() not in LINE_SPLIT_SUFFIXES or not splittable_by_line(
+            drop, format_name
+        ):
+            key = f"{base}01"
+            target = out_dir / f"{key}{drop.suffix.lower()}"
+            shutil.copyfile(drop, target)
+            manifests.append(BatchManifest(partition_key=key, drop_file=str(drop.resolve()),
+                                           batch_file=target.name, fingerprint=fingerprint))
+        else:
+            manifests.extend(_split_lines(drop, out_dir, base, split_size, fingerprint))
+        for manifest in manifests:
+            (out_dir / (manifest.batch_file + MANIFEST_SUFFIX)).write_text(
+                manifest.model_dump_json(indent=2), "utf-8"
+            )
+
+    # The drop's batches replace its earlier ones at once: a run reading them meanwhile
+    # (the UI's, or the sensor's split beside it) sees the old set or the new, whole.
+    replace_folder(batches_dir / base, fill)
     return manifests
 
 
@@ -120,7 +123,8 @@ class MissingBatchError(FileNotFoundError):
 
 def find_batch(batches_dir: Path, partition_key: str) -> tuple[Path, BatchManifest]:
     """Locate a partition's batch file through its manifest."""
-    matches = sorted(batches_dir.glob(f"*/{partition_key}.*{MANIFEST_SUFFIX}"))
+    matches = sorted(m for m in batches_dir.glob(f"*/{partition_key}.*{MANIFEST_SUFFIX}")
+                     if not m.parent.name.startswith("."))  # not a split in progress
     manifest = (BatchManifest.model_validate(json.loads(matches[0].read_text("utf-8")))
                 if matches else None)
     path = matches[0].parent / manifest.batch_file if manifest and matches else None

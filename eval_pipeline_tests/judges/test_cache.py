@@ -138,3 +138,39 @@ def test_many_openers_of_a_fresh_cache_all_succeed(tmp_path):
         for t in threads:
             t.join()
     assert failures == []
+
+
+_WRITER = """
+import sys
+from eval_pipeline.judges.base import JudgeReply
+from eval_pipeline.judges.cache import JudgeCache
+cache = JudgeCache(sys.argv[1])
+reply = JudgeReply(scores={"m": 0.5}, reasoning="r" * 2000, summary="s", raw_response="{}")
+i = 0
+while True:
+    cache.put(f"key{i}", "gpt", "model", reply)
+    i += 1
+    if i == 50:
+        print("writing", flush=True)
+"""
+
+
+def test_the_cache_survives_a_kill_during_writes(tmp_path):
+    import signal
+
+    path = tmp_path / "cache.sqlite"
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
+    writer.send_signal(signal.SIGKILL)  # mid-put, most likely
+    writer.wait()
+    cache = JudgeCache(path)
+    try:
+        stored = len(cache)
+        assert stored >= 50
+        # every committed reply reads back whole; the next write works
+        assert all(cache.get(f"key{i}") is not None for i in range(stored))
+        cache.put("after", "gpt", "model", cache.get("key0"))
+        assert cache.get("after") == cache.get("key0")
+    finally:
+        cache.close()

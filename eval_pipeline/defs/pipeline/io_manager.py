@@ -1,7 +1,9 @@
 """Every asset is a pandas DataFrame stored as Parquet under one configurable base path.
 
 Built on Dagster's UPathIOManager, so the base path may be a local folder or any fsspec URL
-(s3://, gs://, memory://) without changing an asset. One file per batch partition, also when
+(s3://, gs://, memory://) without changing an asset. Local files are written atomically
+(temporary file, then rename), so a concurrent run or a crash never leaves a half-written
+table to read. One file per batch partition, also when
 one run materializes many batches: a partitioned asset then returns ``dict[batch, DataFrame]``
 and each batch gets its own file and its own materialization metadata (path, row count), which
 the stock UPathIOManager refuses ("does not support persisting an output associated with
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -19,6 +23,7 @@ import pandas as pd
 from dagster._core.storage.upath_io_manager import is_dict_type
 from upath import UPath
 
+from eval_pipeline.atomic import write_atomic
 from eval_pipeline.store import resolve_store
 
 Frames = dict[str, pd.DataFrame]
@@ -32,6 +37,10 @@ class ParquetUPathIOManager(dg.UPathIOManager):
         if not isinstance(obj, pd.DataFrame):
             raise TypeError(f"{context.asset_key.to_user_string()} must be a DataFrame, "
                             f"got {type(obj).__name__}")
+        if path.protocol in ("", "file"):  # a reader never sees a half-written table
+            write_atomic(Path(path.path), partial(obj.to_parquet, index=False))
+            return
+        # Object stores (s3://, gs://) publish an object only once its upload completes.
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("wb") as fh:
             obj.to_parquet(fh, index=False)
