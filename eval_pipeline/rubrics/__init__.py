@@ -85,6 +85,22 @@ def templates_version() -> str:
     )
 
 
+def fence(text: str) -> str:
+    """Untrusted text as one data block it cannot leave.
+
+    Trajectories are written by agents that read the web; a clip may imitate the prompt's
+    delimiters ("[END DATA]"), the answer format, or say "ignore the instructions". Each
+    field goes between tags named after a hash of its own text, which the text cannot
+    contain (checked, and lengthened in the unlikely case), and the system prompt says
+    that such blocks are evidence, never instructions. Deterministic, so a rerun's prompt,
+    and its cache key, do not change.
+    """
+    tag = "data-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+    while f"</{tag}" in text:
+        tag += "x"
+    return f"<{tag}>\n{text}\n</{tag}>"
+
+
 def render_clip_prompt(
     *, tool_type: str, task_description: str, previous_context: str, clip_content: str
 ) -> tuple[str, str]:
@@ -92,9 +108,9 @@ def render_clip_prompt(
     rubric = rubric_for(tool_type)
     user = template("clip").format(
         rubric_title=rubric.title,
-        task_description=task_description,
-        previous_context=previous_context,
-        clip_content=clip_content,
+        task_description=fence(task_description),
+        previous_context=fence(previous_context or "(none)"),
+        clip_content=fence(clip_content),
         tool_type=tool_type,
         criteria=rubric.criteria_text(),
         json_example=rubric.json_example(),
@@ -177,7 +193,8 @@ def _react_user_prompt(kind: str, **fields: str) -> tuple[str, str]:
         positive=spec.positive, negative=spec.negative, metric=spec.metric,
         json_example=spec.json_example(),
     ).strip()
-    user = template(kind).format(response_format=response_format, **fields)
+    user = template(kind).format(response_format=response_format,
+                                 **{name: fence(value) for name, value in fields.items()})
     return template("react_system").strip(), user
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from html import escape
 from typing import Any
 
 import pandas as pd
@@ -97,8 +98,14 @@ def react_checks_line(react_rows: Sequence[Mapping[str, Any]]) -> str:
     return f"<react_checks>{'; '.join(parts)}</react_checks>\n" if parts else ""
 
 
+def _text(value: Any) -> str:
+    """A judge's words (summary, reasoning, errors) as element text: ``<``, ``>`` and ``&``
+    escaped, so a reply cannot close the block it sits in or add elements to the output."""
+    return escape(str(value), quote=False)
+
+
 def _errors_text(row: Mapping[str, Any]) -> str:
-    return "; ".join(json.loads(row["errors"] or "[]"))
+    return _text("; ".join(json.loads(row["errors"] or "[]")))
 
 
 def _model_info(row: Mapping[str, Any]) -> str:
@@ -130,7 +137,8 @@ def clip_evaluation_block(row: Mapping[str, Any] | None,
     scores = _indented(json_object(row["scores"]))
     return (
         f"\n<clip_evaluation>\n<scores>\n{scores}\n</scores>\n"
-        f"<summary>{row['summary']}</summary>\n<reasoning>{row['reasoning']}</reasoning>\n"
+        f"<summary>{_text(row['summary'])}</summary>\n"
+        f"<reasoning>{_text(row['reasoning'])}</reasoning>\n"
         f"{_model_info(row)}{react}</clip_evaluation>\n"
     )
 
@@ -146,7 +154,8 @@ def trajectory_evaluation_block(row: Mapping[str, Any]) -> str:
         "\n<trajectory_evaluation>\n"
         f"<sequence_optimality>{react_label_text(row)}</sequence_optimality>\n"
         f"<score>{score}</score>\n"
-        f"<summary>{row['summary']}</summary>\n<reasoning>{row['reasoning']}</reasoning>\n"
+        f"<summary>{_text(row['summary'])}</summary>\n"
+        f"<reasoning>{_text(row['reasoning'])}</reasoning>\n"
         f"{_model_info(row)}</trajectory_evaluation>\n"
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,14 @@ from eval_pipeline_tests.judges.conftest import SECRET
 # The provider, fault, cache and budget tests count calls per clip on the rubric path; the
 # ReAct kinds are exercised by passing ``evaluations=ALL_EVALUATIONS`` (test_react.py).
 CLIP_ONLY = ["clip_rubric"]
+
+_FENCE = re.compile(r"<(data-[0-9a-f]{8}x*)>\n(.*?)\n</\1>", re.DOTALL)
+
+
+def unfenced(prompt: str) -> str:
+    """A prompt with each trajectory field's data block replaced by its text, so tests can
+    read the template's wording around the fields (test_hostile_content checks the fences)."""
+    return _FENCE.sub(lambda m: m.group(2), prompt)
 
 
 def openai_config(server: Any, **overrides: Any) -> JudgeConfig:

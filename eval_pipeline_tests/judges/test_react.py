@@ -24,7 +24,7 @@ from eval_pipeline.judges.runner import (
 from eval_pipeline.judges.schema import wire_schema
 from eval_pipeline.rubrics import ALL_EVALUATIONS
 from eval_pipeline_tests.judges.fake_servers import Act, label, sleep
-from eval_pipeline_tests.judges.helpers import anthropic_config, openai_config, run
+from eval_pipeline_tests.judges.helpers import anthropic_config, openai_config, run, unfenced
 
 TASK = "Find the population of Paris and compute its square root"
 
@@ -72,7 +72,8 @@ def by_kind(requests: list[JudgeRequest], kind: str) -> list[JudgeRequest]:
 # -- templates -------------------------------------------------------------------------
 
 def test_each_kind_renders_the_seed_template_with_the_json_shape():
-    requests = build_react_requests(trajectory())
+    requests = [r.model_copy(update={"user_prompt": unfenced(r.user_prompt)})
+                for r in build_react_requests(trajectory())]
     t2t = by_kind(requests, "thought_to_tool")[0]
     assert "Your job is to determine if the \"Action\" (tool choice) makes sense" in t2t.user_prompt
     assert "[Original Question]: " + TASK in t2t.user_prompt

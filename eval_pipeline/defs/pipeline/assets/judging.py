@@ -42,7 +42,8 @@ _ANSWER_SHAPING = ("provider", "model", "base_url", "preset", "project", "locati
 
 def judge_code_version(config: JudgeConfig) -> str:
     shaping = config.model_dump_json(include=set(_ANSWER_SHAPING))
-    modules = ["eval_pipeline.judges.runner", "eval_pipeline.judges.judgment",
+    modules = ["eval_pipeline.rubrics", "eval_pipeline.judges.runner",
+               "eval_pipeline.judges.judgment",
                "eval_pipeline.judges.requests", "eval_pipeline.judges.reply",
                f"eval_pipeline.judges.{_MODULE[config.provider]}"]
     if config.provider != "heuristic":
