@@ -10,8 +10,9 @@ question once more without tools; either way it switches to ``text`` mode (no to
 schema stated in the prompt) for the rest of the run and says so in ``reply_mode_note``.
 A mode set in the judges file (``output_mode``) is kept as it is.
 
-The installed SDK (2.x) no longer exposes ``temperature`` on ``messages.create``, so the
-configured temperature is not sent. SDK retries are off for the reason given in
+The installed SDK (2.x) no longer exposes ``temperature`` on ``messages.create``: Anthropic's
+own API gets none, an Anthropic-compatible server gets the configured one in the request
+body (llama.cpp otherwise samples at 0.8). SDK retries are off for the reason given in
 :mod:`.openai_judge`.
 """
 
@@ -28,6 +29,7 @@ from anthropic.types import Message
 from eval_pipeline.judges.base import JudgeReply, JudgeRequest
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import InvalidOutput, Tokens
+from eval_pipeline.judges.presets import sends_temperature
 from eval_pipeline.judges.schema import SCHEMA_NAME
 from eval_pipeline.judges.sdk_judge import SdkJudge
 
@@ -46,6 +48,8 @@ class AnthropicJudge(SdkJudge):
         # silently redirect a judge.
         self._client = AsyncAnthropic(api_key=api_key, base_url=self.endpoint.base_url,
                                       timeout=config.timeout_s, max_retries=0)
+        self._body: dict[str, Any] = ({"temperature": config.temperature}
+                                      if sends_temperature(config, self.endpoint) else {})
 
     async def _create(self, request: JudgeRequest, *, tools: bool) -> Message:
         kwargs: dict[str, Any] = {}
@@ -61,7 +65,8 @@ class AnthropicJudge(SdkJudge):
             return await self._client.messages.create(
                 model=self.model, max_tokens=self.config.max_tokens,
                 system=request.system_prompt,
-                messages=[{"role": "user", "content": user}], **kwargs)
+                messages=[{"role": "user", "content": user}],
+                extra_body=self._body or None, **kwargs)
         except anthropic.APIError as exc:
             raise self._translate(exc) from None
 
@@ -74,8 +79,7 @@ class AnthropicJudge(SdkJudge):
                          if getattr(b, "type", None) == "text")
         raw = json.dumps(calls[0].input, ensure_ascii=False) if calls else text
         if message.stop_reason == "max_tokens":
-            raise InvalidOutput(f"response cut off at max_tokens={self.config.max_tokens}",
-                                raw_response=raw, **tokens)
+            return self._cut_off(request, raw, prose=not calls, **tokens)
         if calls:
             return self._reply(request, data=calls[0].input, raw=raw, **tokens)
         if self.reply_mode == "tool" and self.endpoint.output_mode_forced:

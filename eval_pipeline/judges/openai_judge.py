@@ -140,8 +140,7 @@ class OpenAIJudge(SdkJudge):
             raise InvalidOutput(f"model refused: {choice.message.refusal}", raw_response=raw,
                                 **tokens)
         if choice.finish_reason == "length":
-            raise InvalidOutput(f"response cut off at max_tokens={self.config.max_tokens}",
-                                raw_response=raw, **tokens)
+            return self._cut_off(request, raw, prose=not calls, **tokens)
         # A forced call's arguments are a JSON string; a server without tool calling puts
         # the answer in the text instead, which is read the same way.
         return self._reply(request, text=raw, **tokens)

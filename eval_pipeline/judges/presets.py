@@ -8,6 +8,7 @@ that endpoint supports instead of the weakest common denominator.
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
@@ -210,7 +211,12 @@ _NO_TEMPERATURE_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 
 def sends_temperature(config: JudgeConfig, endpoint: ResolvedEndpoint) -> bool:
     if endpoint.provider == "anthropic":
-        return False  # the installed SDK's messages.create has no temperature parameter
+        # The installed SDK's messages.create has no temperature parameter, and Anthropic's
+        # own API is left its default. An Anthropic-compatible server (llama.cpp's
+        # /v1/messages) takes it in the body, and without it samples at its own default
+        # (0.8 for llama.cpp), far from the judge's configured temperature.
+        host = urlsplit(endpoint.base_url).hostname or ""
+        return not (host == "anthropic.com" or host.endswith(".anthropic.com"))
     return not (endpoint.provider == "openai"
                 and endpoint.model.startswith(_NO_TEMPERATURE_PREFIXES))
 

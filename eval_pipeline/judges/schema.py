@@ -162,18 +162,39 @@ def reply_from_data(data: Any, raw_response: str, labels: Sequence[str] = ()) ->
                       reasoning=str(reasoning), raw_response=raw_response)
 
 
+def snap_to_rail(text: str, labels: Sequence[str]) -> str | None:
+    """The one label ``text`` names, as the seed's Phoenix ``llm_classify`` reads an answer
+    ("snap to rails"): labels are looked for longest first, each found one removed from the
+    text (so "incorrect" does not also count as "correct"); exactly one found is the answer,
+    none or several is no answer."""
+    rest = text.lower()
+    found = []
+    for label in sorted({label.lower() for label in labels}, key=len, reverse=True):
+        if label in rest:
+            found.append(label)
+            rest = rest.replace(label, " ")
+    return found[0] if len(found) == 1 else None
+
+
 def _label_form(text: str, labels: Sequence[str]) -> JudgeReply | None:
-    """The seed's answer: an EXPLANATION, then ``LABEL: x`` (or just the label word)."""
+    """The seed's answer: an EXPLANATION, then ``LABEL: x`` (or just the label word); else,
+    as Phoenix reads it, the one label the text names (prose cut off by ``max_tokens``
+    often still says it)."""
     bare = text.strip().strip("\"'`*.[]() \n").lower()
     if bare in {label.lower() for label in labels}:
         return JudgeReply(scores={}, label=bare, raw_response=text)
     matches = list(_LABEL_LINE.finditer(text))
-    if not matches:
+    if matches:
+        last = matches[-1]
+        explanation = _EXPLANATION.sub("", text[:last.start()].strip()).strip()
+        label = last.group(1)
+        if label.lower() not in {allowed.lower() for allowed in labels}:
+            label = snap_to_rail(text[last.start():], labels) or label
+        return JudgeReply(scores={}, label=label, reasoning=explanation, raw_response=text)
+    snapped = snap_to_rail(text, labels)
+    if snapped is None:
         return None
-    last = matches[-1]
-    explanation = _EXPLANATION.sub("", text[:last.start()].strip()).strip()
-    return JudgeReply(scores={}, label=last.group(1), reasoning=explanation,
-                      raw_response=text)
+    return JudgeReply(scores={}, label=snapped, reasoning=text.strip(), raw_response=text)
 
 
 def parse_reply_text(text: str | None, labels: Sequence[str] = ()) -> JudgeReply:

@@ -28,6 +28,7 @@ from eval_pipeline.judges.schema import (
     parse_reply_text,
     reply_from_data,
     schema_instruction,
+    snap_to_rail,
     wire_schema,
 )
 
@@ -161,6 +162,26 @@ class SdkJudge:
         except InvalidOutput as exc:
             exc.tokens_in, exc.tokens_out = tokens_in, tokens_out
             raise
+        return reply.model_copy(update={"tokens_in": tokens_in, "tokens_out": tokens_out})
+
+    def _cut_off(self, request: JudgeRequest, raw: str, *, prose: bool, tokens_in: int = 0,
+                 tokens_out: int = 0) -> JudgeReply:
+        """An answer cut off at ``max_tokens``: a failed reply, except a prose answer to a
+        ReAct kind that names exactly one of its labels. That one is read as the seed's
+        Phoenix ``llm_classify`` reads every answer (snap to rails, whatever the finish
+        reason), and the reasoning says it was cut off. A cut-off JSON object or rubric is
+        never completed: its scores or label may not have been written yet."""
+        limit = f"response cut off at max_tokens={self.config.max_tokens}"
+        readable = prose and request.labels and not raw.lstrip().startswith(("{", "[", "`"))
+        label = snap_to_rail(raw, request.labels) if readable else None
+        if label is None:
+            raise InvalidOutput(limit, raw_response=raw, tokens_in=tokens_in,
+                                tokens_out=tokens_out)
+        reply = canonical_reply(
+            JudgeReply(scores={}, label=label, raw_response=raw,
+                       reasoning=f"[{limit}; the label is the one the text names] "
+                                 f"{raw.strip()}"),
+            request.metrics, request.labels)
         return reply.model_copy(update={"tokens_in": tokens_in, "tokens_out": tokens_out})
 
     def _translate(self, exc: Exception) -> JudgeError:

@@ -66,6 +66,7 @@ class Act:
     style: Style = "json"
     strings: bool = False  # scores as numeric strings ("0.8")
     metric_names: Literal["exact", "title", "upper"] = "exact"  # "Code Correctness"
+    cut_off: bool = False  # the answer stopped at max_tokens (finish/stop reason says so)
 
 
 OK = Act()
@@ -73,6 +74,11 @@ OK = Act()
 
 def text(content: str) -> Act:
     return Act(kind="text", text=content)
+
+
+def cut_off(content: str) -> Act:
+    """A text answer the server stopped at ``max_tokens`` (a small model rambling)."""
+    return Act(kind="text", text=content, cut_off=True)
 
 
 def scores(values: dict[str, Any] | None = None, drop_metric: bool = False) -> Act:
@@ -310,7 +316,8 @@ class FakeLLMServer:
                   "input": payload}] if call else [{"type": "text", "text": as_text}])
             return {"id": f"msg_{n}", "type": "message", "role": "assistant",
                     "model": body["model"], "content": content,
-                    "stop_reason": "tool_use" if call else "end_turn",
+                    "stop_reason": ("max_tokens" if act.cut_off
+                                    else "tool_use" if call else "end_turn"),
                     "stop_sequence": None,
                     "usage": {"input_tokens": self.tokens_in, "output_tokens": self.tokens_out}}
         message: dict[str, Any] = {"role": "assistant", "content": as_text, "refusal": None}
@@ -322,7 +329,8 @@ class FakeLLMServer:
                              "arguments": json.dumps(payload)}}]
         return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0,
                 "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "tool_calls" if call else "stop",
+                "choices": [{"index": 0, "finish_reason": ("length" if act.cut_off else
+                                                           "tool_calls" if call else "stop"),
                              "logprobs": None, "message": message}],
                 "usage": {"prompt_tokens": self.tokens_in,
                           "completion_tokens": self.tokens_out,

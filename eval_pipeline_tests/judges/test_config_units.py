@@ -11,7 +11,12 @@ from eval_pipeline.judges.presets import effective_model, resolve_endpoint
 from eval_pipeline.judges.pricing import default_price, price_for
 from eval_pipeline.judges.reply import canonical_reply, validate_reply
 from eval_pipeline.judges.retry import RetryPolicy
-from eval_pipeline.judges.schema import parse_reply_text, schema_version, wire_schema
+from eval_pipeline.judges.schema import (
+    parse_reply_text,
+    schema_version,
+    snap_to_rail,
+    wire_schema,
+)
 
 METRICS = ["a_metric", "b_metric"]
 LABELS = ["correct", "incorrect"]
@@ -118,6 +123,36 @@ def test_react_replies_parse_from_json_or_the_label_line(text, label):
     reply = canonical_reply(parse_reply_text(text, LABELS), ["t2t"], LABELS)
     assert reply.label == label
     assert reply.scores == {"t2t": 1.0 if label == "correct" else 0.0}
+
+
+@pytest.mark.parametrize("text,rails,label", [
+    # Phoenix's own cases for its snap_to_rail, which the seed's llm_classify applies
+    ("irrelevant", ["relevant", "irrelevant"], "irrelevant"),
+    ("...irrelevant", ["irrelevant", "relevant"], "irrelevant"),
+    ("relevant...irrelevant", ["irrelevant", "relevant"], None),
+    ("Irrelevant", ["relevant", "irrelevant"], "irrelevant"),
+    ("relevant...relevant", ["irrelevant", "relevant"], "relevant"),
+    (" abc", ["a", "ab", "abc"], "abc"),
+    ("nothing here", ["correct", "incorrect"], None),
+])
+def test_snap_to_rail_reads_the_one_label_a_text_names(text, rails, label):
+    assert snap_to_rail(text, rails) == label
+
+
+@pytest.mark.parametrize("text,label", [
+    # prose cut off by max_tokens, naming one label: read as Phoenix reads it
+    ("The agent wants the population, and a search is the correct tool for that, so the "
+     "choice is correct because the query", "correct"),
+    ("LABEL: the choice is Incorrect.", "incorrect"),
+])
+def test_prose_naming_one_label_is_read_as_that_label(text, label):
+    assert canonical_reply(parse_reply_text(text, LABELS), ["t2t"], LABELS).label == label
+
+
+def test_prose_naming_both_labels_or_none_is_no_answer():
+    for text in ("It could be correct or incorrect; hard to say.", "I think it is fine."):
+        with pytest.raises(InvalidOutput, match="neither a JSON object nor"):
+            parse_reply_text(text, LABELS)
 
 
 def test_the_label_line_keeps_the_explanation():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.judges.presets import call_identity, resolve_endpoint, sends_temperature
 from eval_pipeline.judges.runner import summarize_rows
 from eval_pipeline.rubrics import rubric_for
 from eval_pipeline_tests.judges.conftest import SECRET
@@ -95,3 +96,13 @@ def test_compatible_preset_json_object_mode_and_no_key_local(openai_server, task
                                                  "sequence_optimality"]
     summary = summarize_rows(rows)
     assert summary.ok == 3 and summary.calls == 3
+
+
+def test_anthropic_compatible_servers_get_the_temperature_and_anthropic_does_not(
+        anthropic_server, tasks):
+    # llama.cpp's /v1/messages samples at 0.8 unless told; the SDK has no parameter for it
+    run(anthropic_config(anthropic_server, temperature=0.0), tasks[:1])
+    assert anthropic_server.requests[-1].body["temperature"] == 0.0
+    hosted = JudgeConfig(name="c", provider="anthropic", model="claude-sonnet-4-5")
+    assert not sends_temperature(hosted, resolve_endpoint(hosted))
+    assert call_identity(hosted)["temperature"] is None

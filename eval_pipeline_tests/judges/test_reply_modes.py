@@ -114,6 +114,37 @@ def test_react_replies_in_text_including_the_seed_label_form(openai_server, styl
         assert rows[0].reasoning.startswith("EXPLANATION: looks right")
 
 
+RAMBLE = ("The agent chose the correct tool for the task.\n\nThe agent followed the "
+          "correct reasoning.\n\nThe agent followed the")  # SmolLM2-135M, cut at 48 tokens
+
+
+@pytest.mark.parametrize("make", [openai_config, anthropic_config])
+def test_prose_cut_off_at_max_tokens_naming_one_label_reads_as_phoenix_reads_it(
+        openai_server, anthropic_server, make):
+    server = openai_server if make is openai_config else anthropic_server
+    server.push(fs.cut_off(RAMBLE), fs.cut_off("It is correct, or maybe incorrect, since"),
+                fs.cut_off("It is correct, or maybe incorrect, since"),
+                fs.cut_off('{"explanation": "the tool is correct and'),
+                fs.cut_off('{"explanation": "the tool is correct and'))
+    config = make(server, evaluations=["thought_to_tool"], output_mode="text", concurrency=1)
+    rows = judge_and_rows(config, make_tasks(1, 4))[1]
+    ok, both, cut_json = rows[0], rows[1], rows[2]
+    assert (ok.status, ok.label, json.loads(ok.scores)) == (
+        "ok", "correct", {"thought_to_tool": 1.0})
+    assert ok.reasoning.startswith("[response cut off at max_tokens=")
+    # both labels named, or an unfinished JSON object: a failed row, nothing read into it
+    for row in (both, cut_json):
+        assert row.status == "failed" and row.scores == "{}" and row.label is None
+        assert "cut off at max_tokens" in row.error
+
+
+def test_a_rubric_cut_off_at_max_tokens_is_a_failed_row(openai_server):
+    openai_server.push(*[fs.cut_off('{"scores": {"a": 0.5')] * 2)
+    rows = judge_and_rows(openai_config(openai_server, concurrency=1), make_tasks(1, 1))[1]
+    assert [(r.status, r.scores) for r in rows] == [("failed", "{}")]
+    assert "cut off at max_tokens" in rows[0].error
+
+
 def test_schema_following_servers_with_a_score_beside_the_label_give_ok_rows(
         openai_server, anthropic_server):
     # issue 7 item 1: "score 0.74 contradicts label 'incorrect'" failed every ReAct row
