@@ -159,12 +159,23 @@ def iter_json_document(
     A document that does not parse yields one quarantinable record at line 1, so the
     file still shows up in the accounting. ``line`` is the 1-based record index.
     """
+    doc, failure, repairs = _load_document(data)
+    if failure is not None:
+        yield failure
+        return
+    yield from _document_records(doc, repairs, keyed=keyed, list_key=list_key)
+
+
+_UNPARSED = object()
+
+
+def _load_document(data: bytes) -> tuple[Any, RawRecord | None, tuple[str, ...]]:
+    """The parsed document, or the one record saying why it does not parse."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     if _looks_binary(data[:65536]):
-        yield RawRecord(1, data[:2000].decode("utf-8", "replace"), None,
-                        "binary data, not a JSON document", "binary_data")
-        return
+        return _UNPARSED, RawRecord(1, data[:2000].decode("utf-8", "replace"), None,
+                                    "binary data, not a JSON document", "binary_data"), ()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -173,14 +184,18 @@ def iter_json_document(
     else:
         repairs = ()
     try:
-        doc = json.loads(text)
+        return json.loads(text), None, repairs
     except json.JSONDecodeError as exc:
         reason = "truncated_record" if _cut_off(exc, text) else "invalid_json"
-        yield RawRecord(1, text, None, f"whole-file JSON does not parse: {exc}", reason)
-        return
+        return _UNPARSED, RawRecord(1, text, None, f"whole-file JSON does not parse: {exc}",
+                                    reason), repairs
     except RecursionError:
-        yield RawRecord(1, text, None, "JSON nested too deeply to read", "too_deep")
-        return
+        return _UNPARSED, RawRecord(1, text, None, "JSON nested too deeply to read",
+                                    "too_deep"), repairs
+
+
+def _document_records(doc: Any, repairs: tuple[str, ...], *, keyed: bool = False,
+                      list_key: str | None = None) -> Iterator[RawRecord]:
     if list_key and isinstance(doc, dict) and isinstance(doc.get(list_key), list):
         doc = doc[list_key]
     if isinstance(doc, list):
@@ -190,7 +205,7 @@ def iter_json_document(
     elif isinstance(doc, dict):
         items = [(None, doc)]
     else:
-        yield RawRecord(1, text, None,
+        yield RawRecord(1, _dump(doc), None,
                         f"expected a JSON list or object, got {type(doc).__name__}",
                         "not_an_object")
         return
@@ -219,19 +234,40 @@ def _parses(data: bytes) -> bool:
     return True
 
 
+def looks_like_json_line(line: bytes) -> bool:
+    """A line that is a whole JSONL record, valid or not: it opens and closes on one line
+    (``{…}`` or ``[…]``), or it parses. The first line of a pretty-printed document (``[``,
+    ``{"a": [``) never does, so this tells JSON lines from a document without parsing a
+    record that is 50 MB long or 10,000 levels deep."""
+    stripped = line.strip()
+    if (stripped[:1], stripped[-1:]) in ((b"{", b"}"), (b"[", b"]")):
+        return True
+    return stripped[:1] in (b"{", b"[") and _parses(stripped)
+
+
 def iter_records(data: bytes) -> Iterator[RawRecord]:
     """JSON list, single (pretty-printed) object, or JSONL, decided from the first line.
 
     Many files named ``.json`` are JSONL (BFCL) and many ``.jsonl`` consumers also get
-    lists; a first line that is a complete JSON value means JSONL.
+    lists; a first line that is a whole JSON line means JSONL. A first line that is not,
+    in a file that does not parse as one document either, is still JSONL when a later
+    line is a JSON line: a bad first record (cut off, binary, nested too deep) is then
+    quarantined alone instead of taking every good record after it along.
     """
     body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
     stripped = body.strip()
     first, _, rest = stripped.partition(b"\n")
-    if stripped[:1] in (b"[", b"{") and (not rest.strip() or not _parses(first)):
-        yield from iter_json_document(body)
+    if stripped[:1] not in (b"[", b"{") or (rest.strip() and looks_like_json_line(first)):
+        yield from iter_jsonl_bytes(body)
         return
-    yield from iter_jsonl_bytes(body)
+    doc, failure, repairs = _load_document(body)
+    if failure is None:
+        yield from _document_records(doc, repairs)
+    elif rest.strip() and any(looks_like_json_line(line) for line in rest.split(b"\n")
+                              if line[:1] in (b"{", b"[")):
+        yield from iter_jsonl_bytes(body)
+    else:
+        yield failure
 
 
 class FormatParser(Protocol):
@@ -268,6 +304,7 @@ __all__ = [
     "iter_jsonl",
     "iter_jsonl_bytes",
     "iter_records",
+    "looks_like_json_line",
     "make_context",
     "trajectory_id",
 ]
