@@ -65,6 +65,11 @@ def _copy_suffix(path: Path) -> str:
     return data + COMPRESSED_SUFFIX if compressed and data else path.suffix.lower()
 
 
+def _blank(line: bytes) -> bool:
+    """Whitespace only; ``isspace`` stops at the first other byte, ``strip`` would copy."""
+    return not line or line.isspace()
+
+
 #: How many lines after a bad first one are looked at for a JSON line (see below).
 _LINES_LOOKED_AT = 20
 
@@ -80,11 +85,11 @@ def _reads_as_json_lines(drop: Path) -> bool:
     """
     try:
         with open_text(drop) as fh:
-            lines = (raw for raw in fh if raw.strip())
+            lines = (raw for raw in fh if not _blank(raw))
             first = next(lines, b"").removeprefix(b"\xef\xbb\xbf")
             if looks_like_json_line(first):
                 return True
-            if first.strip()[:1] not in (b"{", b"["):
+            if first[:256].lstrip()[:1] not in (b"{", b"["):
                 return False
             return any(raw[:1] in (b"{", b"[") and looks_like_json_line(raw)
                        for _, raw in zip(range(_LINES_LOOKED_AT), lines, strict=False))
@@ -160,7 +165,7 @@ def _split_lines(drop: Path, out_dir: Path, base: str, split_size: int, fingerpr
     try:
         with open_text(drop) as fh:
             for lineno, raw in enumerate(fh, start=1):
-                if not raw.strip():
+                if _blank(raw):
                     continue
                 if out is None:
                     index += 1

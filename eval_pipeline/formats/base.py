@@ -426,10 +426,11 @@ def looks_like_json_line(line: bytes) -> bool:
     (``{…}`` or ``[…]``), or it parses. The first line of a pretty-printed document (``[``,
     ``{"a": [``) never does, so this tells JSON lines from a document without parsing a
     record that is 50 MB long or 10,000 levels deep."""
-    stripped = line.strip()
-    if (stripped[:1], stripped[-1:]) in ((b"{", b"}"), (b"[", b"]")):
+    # The ends only: stripping a 50 MB line would copy it.
+    opener, closer = line[:256].lstrip()[:1], line[-256:].rstrip()[-1:]
+    if (opener, closer) in ((b"{", b"}"), (b"[", b"]")):
         return True
-    return stripped[:1] in (b"{", b"[") and _parses(stripped)
+    return opener in (b"{", b"[") and _parses(line)
 
 
 def iter_records(data: bytes) -> Iterator[RawRecord]:
