@@ -3,6 +3,9 @@
 ``demo02.jsonl`` with 97 records and split size 10 becomes ``demo0201.jsonl`` ...
 ``demo0210.jsonl`` (the last holding 7). Each batch gets a manifest that maps its lines back
 to the drop's lines, so a quarantined record still names the line the user can open.
+
+A gzip-compressed (``demo02.jsonl.gz``) or UTF-16 drop is decoded while it is split, a chunk
+at a time, into the same UTF-8 batch files; its lines are the lines of its decoded text.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from eval_pipeline.atomic import replace_folder
+from eval_pipeline.formats.base import CorruptInputError, looks_like_json_line, open_text
 
 LINE_SPLIT_SUFFIXES = {".jsonl", ".ndjson"}
+COMPRESSED_SUFFIX = ".gz"
 MANIFEST_SUFFIX = ".manifest.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -38,6 +43,60 @@ def partition_key_for(stem: str) -> str:
     return key or "drop"
 
 
+def data_suffix(path: Path) -> str:
+    """The suffix of what the file holds: ``.jsonl`` for ``x.jsonl`` and ``x.jsonl.gz``."""
+    suffixes = [x.lower() for x in path.suffixes]
+    if suffixes[-1:] == [COMPRESSED_SUFFIX]:
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
+
+
+def drop_stem(path: Path) -> str:
+    """The drop's name without its suffixes: ``demo02`` for ``demo02.jsonl.gz`` too."""
+    name = path.name
+    if name.lower().endswith(COMPRESSED_SUFFIX) and len(name) > len(COMPRESSED_SUFFIX):
+        name = name[: -len(COMPRESSED_SUFFIX)]
+    return Path(name).stem
+
+
+def _copy_suffix(path: Path) -> str:
+    data = data_suffix(path)
+    compressed = path.suffix.lower() == COMPRESSED_SUFFIX
+    return data + COMPRESSED_SUFFIX if compressed and data else path.suffix.lower()
+
+
+def _blank(line: bytes) -> bool:
+    """Whitespace only; ``isspace`` stops at the first other byte, ``strip`` would copy."""
+    return not line or line.isspace()
+
+
+#: How many lines after a bad first one are looked at for a JSON line (see below).
+_LINES_LOOKED_AT = 20
+
+
+def _reads_as_json_lines(drop: Path) -> bool:
+    """Whether the drop is JSON lines, decided as ``iter_records`` decides for a batch:
+    its first non-blank line is a whole JSON line, or (a bad first record) it opens like
+    JSON and one of the next lines is an unindented JSON line.
+
+    Only then is it cut between lines, where each batch line is one record. A binary file,
+    a pretty-printed document, an empty file or one damaged from its first bytes is one
+    batch, whose parse counts its records (a binary file is one).
+    """
+    try:
+        with open_text(drop) as fh:
+            lines = (raw for raw in fh if not _blank(raw))
+            first = next(lines, b"").removeprefix(b"\xef\xbb\xbf")
+            if looks_like_json_line(first):
+                return True
+            if first[:256].lstrip()[:1] not in (b"{", b"["):
+                return False
+            return any(raw[:1] in (b"{", b"[") and looks_like_json_line(raw)
+                       for _, raw in zip(range(_LINES_LOOKED_AT), lines, strict=False))
+    except CorruptInputError:
+        return False
+
+
 def drop_fingerprint(path: Path) -> str:
     stat = path.stat()
     return f"{stat.st_size}:{stat.st_mtime_ns}"
@@ -48,28 +107,41 @@ def split_drop(drop: Path, batches_dir: Path, split_size: int,
                ) -> list[BatchManifest]:
     """Write the batch files of one drop and return their manifests, in order.
 
-    JSONL files are split by non-blank lines (each a record, parseable or not); other
-    files, and JSONL formats whose records belong together, are one batch holding a copy.
+    JSONL files (also gzip-compressed or UTF-16) are split by non-blank lines (each a
+    record, parseable or not); other files, JSONL formats whose records belong together and
+    ``.jsonl`` files that are not JSON lines are one batch holding a copy of the drop as it
+    is (the parser decodes it). A gzip stream found damaged while splitting is one batch
+    too, whose parse quarantines it as ``corrupt_gzip``: none of it is trusted.
     """
     from eval_pipeline.formats import splittable_by_line
 
     if split_size < 1:
         raise ValueError(f"split_size must be at least 1, got {split_size}")
-    base = partition_key_for(base or drop.stem)
+    base = partition_key_for(base or drop_stem(drop))
     fingerprint = drop_fingerprint(drop)
     manifests: list[BatchManifest] = []
 
+    def copy_whole(out_dir: Path) -> None:
+        key = f"{base}01"
+        target = out_dir / f"{key}{_copy_suffix(drop)}"
+        shutil.copyfile(drop, target)
+        manifests.append(BatchManifest(partition_key=key, drop_file=str(drop.resolve()),
+                                       batch_file=target.name, fingerprint=fingerprint))
+
     def fill(out_dir: Path) -> None:
-        if drop.suffix.lower() not in LINE_SPLIT_SUFFIXES or not splittable_by_line(
-            drop, format_name
-        ):
-            key = f"{base}01"
-            target = out_dir / f"{key}{drop.suffix.lower()}"
-            shutil.copyfile(drop, target)
-            manifests.append(BatchManifest(partition_key=key, drop_file=str(drop.resolve()),
-                                           batch_file=target.name, fingerprint=fingerprint))
+        if (data_suffix(drop) not in LINE_SPLIT_SUFFIXES
+                or not splittable_by_line(drop, format_name)
+                or not _reads_as_json_lines(drop)):
+            copy_whole(out_dir)
         else:
-            manifests.extend(_split_lines(drop, out_dir, base, split_size, fingerprint))
+            try:
+                manifests.extend(_split_lines(drop, out_dir, base, split_size, fingerprint))
+            except CorruptInputError:
+                manifests.clear()
+                for written in out_dir.iterdir():
+                    written.unlink()
+            if not manifests:  # damaged, or emptied since it was looked at
+                copy_whole(out_dir)
         for manifest in manifests:
             (out_dir / (manifest.batch_file + MANIFEST_SUFFIX)).write_text(
                 manifest.model_dump_json(indent=2), "utf-8"
@@ -85,29 +157,30 @@ def _split_lines(drop: Path, out_dir: Path, base: str, split_size: int, fingerpr
                  ) -> Iterator[BatchManifest]:
     """Stream the drop into batch files: memory holds one line, never the drop.
 
-    A drop with no record still gets one (empty) batch, so it shows up in the run.
+    Raises CorruptInputError when gzip data turns out damaged (batches written so far stay
+    in ``out_dir`` for the caller to discard).
     """
     drop_file = str(drop.resolve())
     index, lines, out = 0, [], None
-    with drop.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            if out is None:
-                index += 1
-                out = (out_dir / f"{base}{index:02d}.jsonl").open("wb")
-            out.write(raw if raw.endswith(b"\n") else raw + b"\n")
-            lines.append(lineno)
-            if len(lines) == split_size:
-                out.close()
-                yield _manifest(base, index, drop_file, lines, fingerprint)
-                out, lines = None, []
-    if out is not None:
-        out.close()
+    try:
+        with open_text(drop) as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                if _blank(raw):
+                    continue
+                if out is None:
+                    index += 1
+                    out = (out_dir / f"{base}{index:02d}.jsonl").open("wb")
+                out.write(raw if raw.endswith(b"\n") else raw + b"\n")
+                lines.append(lineno)
+                if len(lines) == split_size:
+                    out.close()
+                    yield _manifest(base, index, drop_file, lines, fingerprint)
+                    out, lines = None, []
+    finally:
+        if out is not None:
+            out.close()
+    if lines:
         yield _manifest(base, index, drop_file, lines, fingerprint)
-    elif index == 0:
-        (out_dir / f"{base}01.jsonl").write_bytes(b"")
-        yield _manifest(base, 1, drop_file, [], fingerprint)
 
 
 def _manifest(base: str, index: int, drop_file: str, lines: list[int], fingerprint: str
@@ -137,15 +210,17 @@ def find_batch(batches_dir: Path, partition_key: str) -> tuple[Path, BatchManife
     return path, manifest
 
 
-DROP_SUFFIXES = {".jsonl", ".ndjson", ".json", ".txt", ".log", ".traj", ".parquet"}
+#: ``.gz``: a compressed drop (``x.jsonl.gz``), read through its decompressed text.
+DROP_SUFFIXES = {".jsonl", ".ndjson", ".json", ".txt", ".log", ".traj", ".parquet",
+                 COMPRESSED_SUFFIX}
 
 
 def unique_bases(drops: list[Path]) -> dict[Path, str]:
     """Batch base names for many drops: the file stem, prefixed by parent folders on clashes."""
     depth = dict.fromkeys(drops, 0)
     while True:
-        names = {d: "_".join([*d.parent.parts[len(d.parent.parts) - depth[d]:], d.stem])
-                 if depth[d] else d.stem for d in drops}
+        names = {d: "_".join([*d.parent.parts[len(d.parent.parts) - depth[d]:], drop_stem(d)])
+                 if depth[d] else drop_stem(d) for d in drops}
         keys = {d: partition_key_for(n) for d, n in names.items()}
         clashes = [d for d in drops if list(keys.values()).count(keys[d]) > 1
                    and depth[d] < len(d.parent.parts)]

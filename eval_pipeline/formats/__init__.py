@@ -8,17 +8,29 @@ highest; nothing confident means :class:`UnrecognizedParser`, which quarantines 
 with the reason. A caller overrides detection per file with ``format_name`` or with
 ``overrides`` (glob pattern on the file name or path -> format name, first match wins).
 ``parse_file`` never raises for bad content: an empty file and a parser crash both become
-one quarantined record at line 1.
+one quarantined record at line 1. A gzip-compressed or UTF-16 file is decoded first (streamed
+into a temporary UTF-8 copy), so every parser reads UTF-8; damaged gzip data is one
+quarantined record ``corrupt_gzip``.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from eval_pipeline.formats.base import FormatParser, make_context
+from eval_pipeline.formats.base import (
+    CorruptInputError,
+    FormatParser,
+    copy_decoded,
+    decoded_name,
+    looks_binary,
+    make_context,
+    read_text_head,
+    source_encoding,
+)
 from eval_pipeline.formats.chat_records import ChatParser
 from eval_pipeline.formats.dataeva_cleaned import DataEvaCleanedParser
 from eval_pipeline.formats.fallback import NotTrajectoriesParser, UnrecognizedParser
@@ -66,25 +78,40 @@ def _override(path: Path, overrides: Mapping[str, str] | None) -> str | None:
 
 
 def detect_format(path: Path, overrides: Mapping[str, str] | None = None) -> str:
+    """The format of the file's decoded text (a ``.jsonl.gz`` is sniffed as its ``.jsonl``)."""
     forced = _override(path, overrides)
     if forced is not None:
         return forced
-    with path.open("rb") as fh:
-        head = fh.read(SNIFF_BYTES).decode("utf-8", errors="replace").lstrip("\ufeff")
+    head = read_text_head(path, SNIFF_BYTES).decode("utf-8", errors="replace").lstrip("\ufeff")
+    named = path.with_name(decoded_name(path)) if source_encoding(path).gzip else path
     best_name, best_score = UnrecognizedParser.name, 0.0
     for name, parser in PARSERS.items():
-        score = parser.sniff(path, head)
+        score = parser.sniff(named, head)
         if score > best_score:
             best_name, best_score = name, score
     return best_name
 
 
+_BLANK = b"\xef\xbb\xbf \t\r\n"
+
+
 def _is_blank(path: Path) -> bool:
+    """No content but whitespace and BOMs; read in chunks, stopping at the first content."""
+    with path.open("rb") as fh:
+        while chunk := fh.read(SNIFF_BYTES):
+            if chunk.lstrip(_BLANK):
+                return False
+    return True
+
+
+def _binary_file(path: Path) -> bool:
+    """Not text at all (an image, an archive, random bytes): the file is one record.
+
+    A JSON file with one binary line starts with ``{`` or ``[`` and is read line by line,
+    its bad line quarantined alone."""
     with path.open("rb") as fh:
         head = fh.read(SNIFF_BYTES)
-    if head.lstrip(b"\xef\xbb\xbf \t\r\n"):
-        return False
-    return not path.read_bytes().lstrip(b"\xef\xbb\xbf \t\r\n")
+    return not head.lstrip(_BLANK).startswith((b"{", b"[")) and looks_binary(head)
 
 
 def parse_file(
@@ -98,13 +125,55 @@ def parse_file(
 ) -> ParseResult:
     """Parse one file; every record ends up a trajectory or a quarantined record."""
     path = Path(path)
-    name = format_name or detect_format(path, overrides)
+    if format_name is not None and format_name not in PARSERS:
+        raise UnknownFormatError(f"unknown format {format_name!r}; known: {sorted(PARSERS)}")
+    if not source_encoding(path).plain:
+        return _parse_decoded(path, batch, format_name=format_name, registry=registry,
+                              source_file=source_file, overrides=overrides)
+    return _parse_plain(path, batch, format_name=format_name or _override(path, overrides),
+                        registry=registry, source_file=source_file)
+
+
+def _parse_decoded(path: Path, batch: str, *, format_name: str | None,
+                   registry: ToolRegistry | None, source_file: str | None,
+                   overrides: Mapping[str, str] | None) -> ParseResult:
+    """Parse a gzip or UTF-16 file through a streamed UTF-8 copy named without ``.gz``.
+
+    The copy lives in a temporary folder; the context still points at the original's
+    folder (under the decoded name), where formats look for sibling files.
+    """
+    forced = format_name or _override(path, overrides)
+    with tempfile.TemporaryDirectory(prefix="eval_pipeline_decoded_") as folder:
+        plain = Path(folder) / decoded_name(path)
+        try:
+            copy_decoded(path, plain)
+        except CorruptInputError as exc:
+            return ParseResult(quarantined=[make_context(
+                path, batch, registry, source_file).quarantine(
+                1, "corrupt_gzip", f"{exc}; the whole file is one record, none of it is read",
+                f"whole file {path.name} ({path.stat().st_size} bytes, gzip) not read",
+                forced)])
+        return _parse_plain(plain, batch, format_name=forced, registry=registry,
+                            source_file=source_file or path.name,
+                            context_path=path.with_name(plain.name))
+
+
+def _parse_plain(path: Path, batch: str, *, format_name: str | None,
+                 registry: ToolRegistry | None, source_file: str | None,
+                 context_path: Path | None = None) -> ParseResult:
+    name = format_name or detect_format(path)
     if name not in PARSERS:
         raise UnknownFormatError(f"unknown format {name!r}; known: {sorted(PARSERS)}")
-    ctx = make_context(path, batch, registry, source_file)
+    ctx = make_context(context_path or path, batch, registry, source_file or path.name)
     if _is_blank(path):
         return ParseResult(quarantined=[ctx.quarantine(
             1, "empty_file", "the file is empty (or only whitespace)", b"", name)])
+    if format_name is None and name == UnrecognizedParser.name and _binary_file(path):
+        with path.open("rb") as fh:
+            head = fh.read(2000)
+        return ParseResult(quarantined=[ctx.quarantine(
+            1, "binary_data", "a binary file (NUL or control bytes), not text: the whole "
+            "file is one record", head, name)])
     try:
         return PARSERS[name].parse(path, ctx)
     except Exception as exc:

@@ -6,13 +6,19 @@ bounded excerpt, so ``kept + removed + quarantined == records read`` holds for a
 
 from __future__ import annotations
 
+import codecs
+import gzip
 import hashlib
+import io
 import json
+import shutil
+import zlib
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import IO, Any, ClassVar, Protocol
 
 from eval_pipeline.models import ParseResult, QuarantinedRecord, Trajectory
 from eval_pipeline.tool_registry import ToolRegistry, default_registry
@@ -81,7 +87,7 @@ class ParseContext:
 _CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 13))
 
 
-def _looks_binary(raw: bytes) -> bool:
+def looks_binary(raw: bytes) -> bool:
     """NUL bytes or mostly control bytes: not text that any JSON writer produced."""
     if b"\x00" in raw:
         return True
@@ -91,6 +97,187 @@ def _looks_binary(raw: bytes) -> bool:
     return controls > len(sample) * 0.1
 
 
+
+# Reading any input as UTF-8 bytes. Drops arrive gzip-compressed (``.jsonl.gz``) or written
+# by Windows tools in UTF-16; every reader (detection, the splitter, the parsers) sees the
+# same UTF-8 text, decoded on the fly in chunks so a compressed drop is never held whole.
+
+GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 1 << 16
+_UNDECODABLE = "eval_pipeline.undecodable"
+
+
+def _mark_undecodable(exc: UnicodeError) -> tuple[str, int]:
+    """A UTF-16 unit that does not decode becomes byte 0xFF in the UTF-8 stream (through
+    ``surrogateescape``): invalid UTF-8 that the line reader replaces and records as a
+    repair, as it does for any bad byte, instead of it vanishing here."""
+    end = exc.end if isinstance(exc, UnicodeDecodeError) else 0
+    return "\udcff", end
+
+
+codecs.register_error(_UNDECODABLE, _mark_undecodable)
+
+
+class CorruptInputError(ValueError):
+    """The file's compression is damaged or cut off: nothing read from it can be trusted."""
+
+
+@dataclass(frozen=True)
+class SourceEncoding:
+    """How a file's bytes become UTF-8 text: gunzipped or not, and its text encoding."""
+
+    gzip: bool = False
+    text: str = "utf-8"
+    """``utf-8``, ``utf-16-le`` or ``utf-16-be``."""
+    bom: bool = False
+    """A UTF-16 byte-order mark to skip (a UTF-8 BOM is left to the line readers)."""
+
+    @property
+    def plain(self) -> bool:
+        return not self.gzip and self.text == "utf-8"
+
+
+def _utf16(head: bytes) -> tuple[str, bool] | None:
+    """UTF-16 by its BOM, or without one when JSON starts with ASCII every other byte."""
+    if head.startswith(codecs.BOM_UTF16_LE):
+        return "utf-16-le", True
+    if head.startswith(codecs.BOM_UTF16_BE):
+        return "utf-16-be", True
+    sample = head[:64]
+    if len(sample) < 4 or len(sample) % 2:
+        sample = sample[: len(sample) - len(sample) % 2]
+    if len(sample) < 4:
+        return None
+    evens, odds = sample[0::2], sample[1::2]
+    # Mostly NUL high bytes and a JSON opener first: the shape of ASCII JSON in UTF-16.
+    if evens[:1] in (b"{", b"[") and odds.count(0) >= len(odds) * 0.9:
+        return "utf-16-le", False
+    if odds[:1] in (b"{", b"[") and evens.count(0) >= len(evens) * 0.9:
+        return "utf-16-be", False
+    return None
+
+
+def source_encoding(path: Path) -> SourceEncoding:
+    """Gzip by its magic bytes (whatever the name says), UTF-16 by its BOM or shape."""
+    with path.open("rb") as fh:
+        compressed = fh.read(2) == GZIP_MAGIC
+    head = b""
+    if compressed:
+        try:
+            with gzip.open(path, "rb") as gz:
+                head = gz.read(64)
+        except (OSError, EOFError, zlib.error):
+            head = b""  # corrupt from the start: reading it will say so
+    else:
+        with path.open("rb") as fh:
+            head = fh.read(64)
+    utf16 = _utf16(head)
+    if utf16 is None:
+        return SourceEncoding(gzip=compressed)
+    return SourceEncoding(gzip=compressed, text=utf16[0], bom=utf16[1])
+
+
+def _error_name(exc: BaseException) -> str:
+    return "zlib.error" if isinstance(exc, zlib.error) else type(exc).__name__
+
+
+class _Guarded(io.RawIOBase):
+    """A gzip stream whose damage surfaces as one error type, :class:`CorruptInputError`."""
+
+    def __init__(self, source: gzip.GzipFile, name: str) -> None:
+        self._source = source
+        self._name = name
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            data = self._source.read(len(buffer))
+        except (OSError, EOFError, zlib.error) as exc:
+            raise CorruptInputError(
+                f"gzip data in {self._name} is corrupt or cut off: {_error_name(exc)}: {exc}"
+            ) from exc
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class _Utf16ToUtf8(io.RawIOBase):
+    """UTF-16 in, UTF-8 out, one chunk at a time (an incremental decoder keeps the units
+    split across chunks)."""
+
+    def __init__(self, source: IO[bytes], codec: str) -> None:
+        self._source = source
+        self._decoder = codecs.getincrementaldecoder(codec)(errors=_UNDECODABLE)
+        self._pending = b""
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending and not self._eof:
+            chunk = self._source.read(_CHUNK)
+            self._eof = not chunk
+            text = self._decoder.decode(chunk, final=self._eof)
+            self._pending = text.encode("utf-8", "surrogateescape")
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+
+@contextmanager
+def open_text(path: Path) -> Iterator[IO[bytes]]:
+    """The file's content as a stream of UTF-8 bytes: gunzipped and transcoded on the fly,
+    so memory holds a chunk, never the file. Iterating it yields lines, as a plain file.
+
+    Reading a damaged gzip file raises :class:`CorruptInputError` (possibly after some
+    lines were read: a cut-off download is only found at its end).
+    """
+    encoding = source_encoding(path)
+    with ExitStack() as stack:
+        stream: IO[bytes] = stack.enter_context(path.open("rb"))
+        if encoding.gzip:
+            gz = stack.enter_context(gzip.GzipFile(fileobj=stream, mode="rb"))
+            stream = stack.enter_context(io.BufferedReader(_Guarded(gz, path.name), _CHUNK))
+        if encoding.text != "utf-8":
+            if encoding.bom:
+                stream.read(2)
+            stream = stack.enter_context(
+                io.BufferedReader(_Utf16ToUtf8(stream, encoding.text), _CHUNK))
+        yield stream
+
+
+def read_text_head(path: Path, size: int) -> bytes:
+    """Up to ``size`` bytes of the file's UTF-8 text; what decoded before any damage."""
+    parts: list[bytes] = []
+    got = 0
+    try:
+        with open_text(path) as fh:
+            while got < size:
+                part = fh.read(min(8192, size - got))
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
+    except CorruptInputError:
+        pass
+    return b"".join(parts)
+
+
+def decoded_name(path: Path) -> str:
+    """The name of the file's decoded text: ``x.jsonl.gz`` -> ``x.jsonl``."""
+    name = path.name
+    return name[:-3] if name.lower().endswith(".gz") and len(name) > 3 else name
+
+
+def copy_decoded(path: Path, target: Path) -> None:
+    """Write the file's UTF-8 text to ``target``, streamed; raises CorruptInputError."""
+    with open_text(path) as src, target.open("wb") as dst:
+        shutil.copyfileobj(src, dst, _CHUNK)
+
+
 def _cut_off(exc: json.JSONDecodeError, text: str) -> bool:
     """The parser ran out of text mid-value: the record was cut off, not malformed."""
     return exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated string")
@@ -98,7 +285,7 @@ def _cut_off(exc: json.JSONDecodeError, text: str) -> bool:
 
 def _decode_line(raw: bytes, lineno: int, is_last: bool) -> RawRecord:
     repairs: tuple[str, ...] = ()
-    if _looks_binary(raw):
+    if looks_binary(raw):
         return RawRecord(lineno, raw.decode("utf-8", "replace"), None,
                          "binary data (NUL or control bytes), not a JSON text line",
                          "binary_data")
@@ -159,12 +346,23 @@ def iter_json_document(
     A document that does not parse yields one quarantinable record at line 1, so the
     file still shows up in the accounting. ``line`` is the 1-based record index.
     """
+    doc, failure, repairs = _load_document(data)
+    if failure is not None:
+        yield failure
+        return
+    yield from _document_records(doc, repairs, keyed=keyed, list_key=list_key)
+
+
+_UNPARSED = object()
+
+
+def _load_document(data: bytes) -> tuple[Any, RawRecord | None, tuple[str, ...]]:
+    """The parsed document, or the one record saying why it does not parse."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
-    if _looks_binary(data[:65536]):
-        yield RawRecord(1, data[:2000].decode("utf-8", "replace"), None,
-                        "binary data, not a JSON document", "binary_data")
-        return
+    if looks_binary(data[:65536]):
+        return _UNPARSED, RawRecord(1, data[:2000].decode("utf-8", "replace"), None,
+                                    "binary data, not a JSON document", "binary_data"), ()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -173,14 +371,18 @@ def iter_json_document(
     else:
         repairs = ()
     try:
-        doc = json.loads(text)
+        return json.loads(text), None, repairs
     except json.JSONDecodeError as exc:
         reason = "truncated_record" if _cut_off(exc, text) else "invalid_json"
-        yield RawRecord(1, text, None, f"whole-file JSON does not parse: {exc}", reason)
-        return
+        return _UNPARSED, RawRecord(1, text, None, f"whole-file JSON does not parse: {exc}",
+                                    reason), repairs
     except RecursionError:
-        yield RawRecord(1, text, None, "JSON nested too deeply to read", "too_deep")
-        return
+        return _UNPARSED, RawRecord(1, text, None, "JSON nested too deeply to read",
+                                    "too_deep"), repairs
+
+
+def _document_records(doc: Any, repairs: tuple[str, ...], *, keyed: bool = False,
+                      list_key: str | None = None) -> Iterator[RawRecord]:
     if list_key and isinstance(doc, dict) and isinstance(doc.get(list_key), list):
         doc = doc[list_key]
     if isinstance(doc, list):
@@ -190,7 +392,7 @@ def iter_json_document(
     elif isinstance(doc, dict):
         items = [(None, doc)]
     else:
-        yield RawRecord(1, text, None,
+        yield RawRecord(1, _dump(doc), None,
                         f"expected a JSON list or object, got {type(doc).__name__}",
                         "not_an_object")
         return
@@ -219,19 +421,41 @@ def _parses(data: bytes) -> bool:
     return True
 
 
+def looks_like_json_line(line: bytes) -> bool:
+    """A line that is a whole JSONL record, valid or not: it opens and closes on one line
+    (``{…}`` or ``[…]``), or it parses. The first line of a pretty-printed document (``[``,
+    ``{"a": [``) never does, so this tells JSON lines from a document without parsing a
+    record that is 50 MB long or 10,000 levels deep."""
+    # The ends only: stripping a 50 MB line would copy it.
+    opener, closer = line[:256].lstrip()[:1], line[-256:].rstrip()[-1:]
+    if (opener, closer) in ((b"{", b"}"), (b"[", b"]")):
+        return True
+    return opener in (b"{", b"[") and _parses(line)
+
+
 def iter_records(data: bytes) -> Iterator[RawRecord]:
     """JSON list, single (pretty-printed) object, or JSONL, decided from the first line.
 
     Many files named ``.json`` are JSONL (BFCL) and many ``.jsonl`` consumers also get
-    lists; a first line that is a complete JSON value means JSONL.
+    lists; a first line that is a whole JSON line means JSONL. A first line that is not,
+    in a file that does not parse as one document either, is still JSONL when a later
+    line is a JSON line: a bad first record (cut off, binary, nested too deep) is then
+    quarantined alone instead of taking every good record after it along.
     """
     body = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
     stripped = body.strip()
     first, _, rest = stripped.partition(b"\n")
-    if stripped[:1] in (b"[", b"{") and (not rest.strip() or not _parses(first)):
-        yield from iter_json_document(body)
+    if stripped[:1] not in (b"[", b"{") or (rest.strip() and looks_like_json_line(first)):
+        yield from iter_jsonl_bytes(body)
         return
-    yield from iter_jsonl_bytes(body)
+    doc, failure, repairs = _load_document(body)
+    if failure is None:
+        yield from _document_records(doc, repairs)
+    elif rest.strip() and any(looks_like_json_line(line) for line in rest.split(b"\n")
+                              if line[:1] in (b"{", b"[")):
+        yield from iter_jsonl_bytes(body)
+    else:
+        yield failure
 
 
 class FormatParser(Protocol):
@@ -258,16 +482,25 @@ def make_context(
 
 
 __all__ = [
+    "CorruptInputError",
     "FormatParser",
     "ParseContext",
     "ParseResult",
     "RawRecord",
+    "SourceEncoding",
     "Trajectory",
+    "copy_decoded",
+    "decoded_name",
     "excerpt",
     "iter_json_document",
     "iter_jsonl",
     "iter_jsonl_bytes",
     "iter_records",
+    "looks_binary",
+    "looks_like_json_line",
     "make_context",
+    "open_text",
+    "read_text_head",
+    "source_encoding",
     "trajectory_id",
 ]

@@ -125,8 +125,9 @@ def test_unrecognised_files_are_quarantined_not_dropped(tmp_path: Path):
     garbage = tmp_path / "noise.bin"
     garbage.write_bytes(bytes(range(256)) * 10)
     result = parse_file(garbage, "b")
+    # Not text at all: one record for the file, named for what it is.
     assert [(q.source_line, q.reason, q.source_format) for q in result.quarantined] == [
-        (1, "unrecognized_format", "unrecognized")]
+        (1, "binary_data", "unrecognized")]
     objects = tmp_path / "other.jsonl"
     objects.write_text('{"foo": 1}\n{"bar": 2}\nnot json\n')
     result = parse_file(objects, "b")
