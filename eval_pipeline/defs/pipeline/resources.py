@@ -62,6 +62,7 @@ class LLMJudgeResource(dg.ConfigurableResource):
     output_price_per_mtok: float | None = None
     budget_usd: float | None = None
     context_budget_chars: int | None = None
+    input_max_chars: int | None = None
     evaluations: list[str] | None = Field(
         default=None, description="Evaluation kinds to produce (default: all four)")
     api_key: str | None = Field(default=None, description="Bound from EnvVar(api_key_env)")
