@@ -19,6 +19,7 @@ from pydantic import Field
 from eval_pipeline.judges import make_judge
 from eval_pipeline.judges.base import Judge
 from eval_pipeline.judges.cache import JudgeCache, default_cache_path
+from eval_pipeline.judges.check import check_judge_once
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import redact
 from eval_pipeline.judges.requests import build_react_requests, build_request, prompt_hash
@@ -72,6 +73,21 @@ class LLMJudgeResource(dg.ConfigurableResource):
     retry_base_s: float = Field(default=0.5, description="First backoff wait, doubled each try")
     breaker_threshold: int = Field(
         default=3, description="Consecutive failed calls that stop the judge")
+    check_endpoint: bool = Field(
+        default=False, description="Before the judgments step, send one 1-token request to "
+        "the judge's endpoint (once per process): an unreachable base_url or a refused key "
+        "fails the run at once, in one line, instead of leaving failed rows. On in the UI's "
+        "code location; the CLI checks with --check-judges instead.")
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Fail at once, naming the judge and its base URL, when its endpoint cannot be
+        used: a run launched from the UI would otherwise do its ingest work and then fail
+        every judgment on an open breaker."""
+        if not self.check_endpoint:
+            return
+        config = self.judge_config()
+        if config.provider != "heuristic":
+            check_judge_once(config, self.api_key)
 
     def judge_config(self) -> JudgeConfig:
         values = {f: getattr(self, f) for f in _CONFIG_FIELDS}
