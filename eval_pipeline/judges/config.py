@@ -26,8 +26,10 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A field that is 50 kB of tool output costs a judge as much as the rest of the prompt many
 # times over and can overflow a small model's context; cut above this by default.
 DEFAULT_INPUT_MAX_CHARS = 50_000
-# Below this, the marker would be most of what is left.
-MIN_INPUT_MAX_CHARS = 100
+# A cut keeps half of this from the start of a field, more than the 1,000 characters the
+# sequence prompt shows of a step, so the sequence prompt never shows a cut (and a limit
+# this low already cuts ordinary clips).
+MIN_INPUT_MAX_CHARS = 2_500
 
 
 class JudgeConfig(BaseModel):

@@ -94,7 +94,7 @@ def _nothing_ran(tmp_path: Path, store: Path, dagster_home: Path) -> None:
     ("    provider: openai\n    max_retries: -1\n",
      "judge 'bad', field max_retries: must be at least 0, got -1"),
     ("    provider: openai\n    input_max_chars: 10\n",
-     "judge 'bad', field input_max_chars: must be at least 100"),
+     "judge 'bad', field input_max_chars: must be at least 2500"),
     ("    provider: openai\n    concurrency: 2\n    concurrency: 4\n",
      "field 'concurrency' is given twice"),
     ("    provider: openai_compatible\n    preset: nope\n", "judge 'bad': unknown preset 'nope'"),

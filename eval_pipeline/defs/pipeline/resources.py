@@ -22,7 +22,14 @@ from eval_pipeline.judges.cache import JudgeCache, default_cache_path
 from eval_pipeline.judges.check import check_judge_once
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import redact
-from eval_pipeline.judges.requests import build_react_requests, build_request, prompt_hash
+from eval_pipeline.judges.requests import (
+    Truncation,
+    build_react_requests,
+    build_request,
+    fit_tasks,
+    prompt_hash,
+    record_truncation,
+)
 from eval_pipeline.judges.runner import (
     ClipTask,
     JudgeJob,
@@ -97,6 +104,13 @@ class LLMJudgeResource(dg.ConfigurableResource):
         """The provider client; the caller closes it (a :class:`JudgeJob` run does)."""
         return make_judge(self.judge_config(), self.api_key)
 
+    def fit(self, tasks: Sequence[ClipTask]) -> tuple[list[ClipTask], Truncation]:
+        """The tasks as this judge is sent them: an LLM judge's oversized fields cut to
+        ``input_max_chars``; the heuristic reads them whole (no context window, no cost)."""
+        config = self.judge_config()
+        limit = None if config.provider == "heuristic" else config.input_max_chars
+        return fit_tasks(tasks, limit)
+
     def open_cache(self) -> JudgeCache | None:
         if not self.cache_enabled or self.judge_config().provider == "heuristic":
             return None
@@ -115,9 +129,10 @@ class LLMJudgeResource(dg.ConfigurableResource):
     async def run(self, tasks: Sequence[ClipTask]) -> list[JudgmentRow]:
         """Judge every clip with cache, limits and budget: a row for every judgment, failed
         rows (never an exception) when the provider fails or the breaker opens."""
+        tasks, truncation = self.fit(tasks)
         cache = self.open_cache()
         try:
-            return (await run_job(self.job(cache), tasks)).rows
+            return record_truncation((await run_job(self.job(cache), tasks)).rows, truncation)
         finally:
             if cache is not None:
                 cache.close()
@@ -130,6 +145,7 @@ class LLMJudgeResource(dg.ConfigurableResource):
         identity = {"judge": config.name, "provider": config.provider,
                     "model": config.model or ""}
         mode, note = "", None
+        tasks, truncation = self.fit(tasks)
         try:
             judge = self.build()
             identity = {"judge": judge.name, "provider": judge.provider, "model": judge.model}
@@ -142,12 +158,13 @@ class LLMJudgeResource(dg.ConfigurableResource):
                     cache.close()
                 mode = getattr(judge, "reply_mode", "")
                 note = getattr(judge, "reply_mode_note", None)
-            return JudgeOutcome(config.name, rows, mode, note)
+            return JudgeOutcome(config.name, record_truncation(rows, truncation), mode, note)
         except Exception as exc:  # the other judges' work must survive any failure here
             error = redact(f"{type(exc).__name__}: {exc}", (self.api_key,))
             rows = []
         rows += failed_rows(tasks, config.evaluations, rows, error, identity)
-        return JudgeOutcome(config.name, rows, mode, note, failed=error)
+        return JudgeOutcome(config.name, record_truncation(rows, truncation), mode, note,
+                            failed=error)
 
 
 @dataclass
