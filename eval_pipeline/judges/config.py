@@ -245,7 +245,7 @@ def _judge_label(data: object, index: object) -> str:
     if isinstance(index, int) and isinstance(entries, list) and index < len(entries):
         entry = entries[index]
         if isinstance(entry, dict) and isinstance(entry.get("name"), str) \
-                and _NAME.match(entry["name"]):
+                and _NAME.match(entry["name"]) and not looks_like_secret(entry["name"]):
             return f"judge {entry['name']!r}"
     return f"judge #{index + 1 if isinstance(index, int) else index}"
 
@@ -351,13 +351,14 @@ def refuse_inline_secrets(data: object) -> None:
     for path, value in _walk(data):
         if not path:
             continue
-        label = (_judge_label(data, path[1]) if path[0] == "judges" and len(path) >= 2
-                 else "the file")
-        field = ".".join(str(p) for p in (path[2:] if label != "the file" else path))
+        in_judge = path[0] == "judges" and len(path) >= 2
+        label = _judge_label(data, path[1]) if in_judge else "the file"
+        field = ".".join(str(p) for p in (path[2:] if in_judge else path))
+        where = f"{label}, field {field}" if field else label
         key = path[-1]
         if isinstance(key, str) and key != "api_key_env" and _SECRET_FIELD.match(key) \
                 and value not in (None, ""):
-            raise JudgesFileError(f"{label}, field {field}: {advice}")
+            raise JudgesFileError(f"{where}: {advice}")
         if isinstance(value, str):
             if key == "api_key_env" and not _ENV_NAME.match(value):
                 raise JudgesFileError(
@@ -369,8 +370,7 @@ def refuse_inline_secrets(data: object) -> None:
                 raise JudgesFileError(f"{label}, field base_url: credentials in the URL; "
                                       f"{advice}")
             if looks_like_secret(value):
-                raise JudgesFileError(f"{label}, field {field}: the value looks like a key; "
-                                      f"{advice}")
+                raise JudgesFileError(f"{where}: the value looks like a key; {advice}")
 
 
 def _check_endpoint(judge: JudgeConfig) -> None:

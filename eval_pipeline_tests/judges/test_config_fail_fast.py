@@ -319,3 +319,11 @@ def test_the_ui_location_fails_a_run_at_the_judge_step_in_one_line(
         assert server.calls == 1
     finally:
         server.stop()
+
+
+def test_a_key_used_as_a_judge_name_is_not_printed_either(tmp_path, sample, capsys):
+    token = "a1b2c3d4e5f6a7b8c9d0a1b2c3d4e5f6a7"  # a valid asset name, shaped like a key
+    code, err, out = _run(tmp_path, sample,
+                          f"judges:\n  - name: {token}\n    provider: openai\n", capsys)
+    assert code == 1 and len(err) == 1 and "judge #1, field name:" in err[0]
+    assert token not in err[0] + out
