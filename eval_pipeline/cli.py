@@ -19,6 +19,7 @@ from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.judges.config import JudgeConfig, load_judges
 from eval_pipeline.local_run import (
     PipelineInputError,
+    check_judge_keys,
     collect_inputs,
     ensure_dagster_home,
     forget_batches,
@@ -164,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=_positive, default=1,
                      help="Dagster runs executed at once, each in its own process (default 1)")
     run.add_argument("--verbose", "-v", action="store_true", help="show Dagster's run logs")
+    run.add_argument("--check-judges", action="store_true",
+                     help="before any batch, send each LLM judge one 1-token request: an "
+                     "unreachable base_url or a refused key stops the run in one line")
     run.add_argument("--dry-run", action="store_true",
                      help="print the judge calls, tokens and cost the run would make; "
                      "call nothing")
@@ -205,6 +209,18 @@ def read_options(args: argparse.Namespace) -> ReadOptions:
                        tools_file=str(args.tools.resolve()) if args.tools else None)
 
 
+def check_endpoints(judges: Sequence[JudgeConfig]) -> None:
+    """``--check-judges``: the key variables first (naming an unset variable beats a 401),
+    then one cheap request per LLM judge, all before the input is split."""
+    from eval_pipeline.judges.check import JudgeCheckError, check_judges
+
+    check_judge_keys(judges)
+    try:
+        check_judges(judges)
+    except JudgeCheckError as exc:
+        raise CliError(str(exc)) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "forget":
@@ -222,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       frequency_filter=args.frequency_filter,
                                       duplicate_filter=args.duplicate_filter)
         read = read_options(args)
+        if args.check_judges:
+            check_endpoints(judges)
         if args.dry_run:
             from eval_pipeline.dry_run import dry_run
 

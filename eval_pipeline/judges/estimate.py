@@ -23,7 +23,12 @@ from eval_pipeline.judges.cache import JudgeCache, cache_key
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import call_identity, resolve_endpoint
 from eval_pipeline.judges.pricing import price_for
-from eval_pipeline.judges.requests import build_react_requests, build_request, chain_context
+from eval_pipeline.judges.requests import (
+    build_react_requests,
+    build_request,
+    chain_context,
+    fit_tasks,
+)
 from eval_pipeline.rubrics import EVAL_KIND_CLIP
 
 TYPICAL_OUTPUT_TOKENS = 350
@@ -94,6 +99,7 @@ def _estimate_one(tasks: Sequence[ClipTask], config: JudgeConfig,
                              est_tokens_out=0, est_cost_usd=0.0, max_cost_usd=0.0)
     endpoint = resolve_endpoint(config)
     identity = call_identity(config)
+    tasks = fit_tasks(tasks, config.input_max_chars)[0]  # as the run sends them
     price = price_for(config, endpoint.model, local=endpoint.local)
     by_trajectory: dict[str, list[ClipTask]] = {}
     for task in tasks:

@@ -1,16 +1,20 @@
-"""What a judge is asked: the rendered clip-rubric and ReAct requests, and the repair
-request that sends a rejected answer back with the reason."""
+"""What a judge is asked: the rendered clip-rubric and ReAct requests, the repair request
+that sends a rejected answer back with the reason, and the cut that keeps an oversized
+trajectory field within the judge's ``input_max_chars``."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from eval_pipeline.judges.base import ClipTask, ClipView, JudgeRequest
 from eval_pipeline.judges.errors import redact
+from eval_pipeline.judges.rows import JudgmentRow
 from eval_pipeline.models import FINAL_TOOL_TYPE
 from eval_pipeline.rubrics import (
     ALL_EVALUATIONS,
+    EVAL_KIND_CLIP,
     EVAL_QUERY_TO_THOUGHT,
     EVAL_SEQUENCE_OPTIMALITY,
     EVAL_THOUGHT_TO_TOOL,
@@ -26,8 +30,101 @@ from eval_pipeline.rubrics import (
     tool_definitions,
 )
 
-__all__ = ["build_react_requests", "build_request", "chain_context", "prompt_hash",
-           "repair_request"]
+__all__ = ["Truncation", "build_react_requests", "build_request", "chain_context",
+           "cut_text", "fit_tasks", "prompt_hash", "record_truncation", "repair_request"]
+
+
+# -- oversized fields ----------------------------------------------------------------------
+
+def _marker(left_out: int) -> str:
+    return f"\n[... {left_out} characters left out ...]\n"
+
+
+def cut_text(text: str, max_chars: int) -> tuple[str, int]:
+    """``text`` in at most ``max_chars`` characters, and how many were left out.
+
+    A clip of 200 kB of tool output costs the judge as much as a hundred ordinary ones and
+    can overflow a small model's context. Head and tail are kept, because a tool's call is
+    at the start of a clip and its outcome (the error, the answer) at the end; the marker
+    between them says how much is missing, so the judge does not take the cut for the
+    agent's own output ending there.
+    """
+    if len(text) <= max_chars:
+        return text, 0
+    keep = max_chars - len(_marker(len(text)))  # the count never has more digits than len
+    head = (keep + 1) // 2
+    tail = keep - head
+    left_out = len(text) - keep
+    return text[:head] + _marker(left_out) + text[len(text) - tail:], left_out
+
+
+# The ClipTask fields that reach a prompt (task description, clip, thought, tool input,
+# result); tool names are short and the earlier-clip summaries have their own bound
+# (context_budget_chars).
+_CLIP_FIELDS = ("content", "thought", "action_input", "result")
+# Which of them each evaluation kind renders. The sequence prompt shows every step shortened
+# to its seed length (1,000 / 200 / 200 characters from the start) whatever the limit, and
+# a cut keeps more than that from the start (input_max_chars >= 2,500), so only its task
+# description can be cut.
+_FIELDS_BY_KIND: dict[str, tuple[str, ...]] = {
+    EVAL_KIND_CLIP: ("task_description", "content"),
+    EVAL_THOUGHT_TO_TOOL: ("task_description", "thought", "action_input"),
+    EVAL_QUERY_TO_THOUGHT: ("task_description", "thought"),
+    EVAL_SEQUENCE_OPTIMALITY: ("task_description",),
+}
+
+
+@dataclass
+class Truncation:
+    """What :func:`fit_tasks` cut: characters left out per (trajectory, clip) and field."""
+
+    cut: dict[tuple[str, int], dict[str, int]] = field(default_factory=dict)
+
+    def chars_for(self, row: JudgmentRow) -> int:
+        """Characters left out of the fields this row's prompt was rendered from."""
+        names = _FIELDS_BY_KIND.get(row.evaluation_kind, ())
+        if row.clip_index == TRAJECTORY_CLIP_INDEX:  # the trajectory's task description
+            cuts = next((c for (t, _), c in self.cut.items() if t == row.trajectory_id), {})
+        else:
+            cuts = self.cut.get((row.trajectory_id, row.clip_index), {})
+        return sum(cuts.get(name, 0) for name in names)
+
+
+def fit_tasks(tasks: Sequence[ClipTask], max_chars: int | None
+              ) -> tuple[list[ClipTask], Truncation]:
+    """The tasks with every prompt field cut to ``max_chars`` (None: as they are), and what
+    was cut. Done before the requests are rendered, so the prompt, its hash and the cache
+    key all see the cut text, and a changed limit re-asks exactly the clips it cuts."""
+    truncation = Truncation()
+    if max_chars is None:
+        return list(tasks), truncation
+    fitted: list[ClipTask] = []
+    for task in tasks:
+        description, cut_description = cut_text(task.task_description, max_chars)
+        clip_update: dict[str, str] = {}
+        cuts = {"task_description": cut_description} if cut_description else {}
+        for name in _CLIP_FIELDS:
+            text, left_out = cut_text(getattr(task.clip, name), max_chars)
+            if left_out:
+                clip_update[name] = text
+                cuts[name] = left_out
+        if not cuts:
+            fitted.append(task)
+            continue
+        truncation.cut[(task.trajectory_id, task.clip_index)] = cuts
+        fitted.append(task.model_copy(update={
+            "task_description": description,
+            "clip": task.clip.model_copy(update=clip_update)}))
+    return fitted, truncation
+
+
+def record_truncation(rows: Sequence[JudgmentRow], truncation: Truncation
+                      ) -> list[JudgmentRow]:
+    """The rows with ``truncated_chars`` set from what :func:`fit_tasks` cut."""
+    if not truncation.cut:
+        return list(rows)
+    return [row.model_copy(update={"truncated_chars": n}) if (n := truncation.chars_for(row))
+            else row for row in rows]
 
 
 def chain_context(summaries: Sequence[str], budget_chars: int | None = None

@@ -48,6 +48,9 @@ class JudgmentRow(BaseModel):
     reply_mode: str = Field(default="", description="The judge's reply mode for this row")
     context_dropped: int = Field(
         default=0, description="Earlier clip summaries left out by context_budget_chars")
+    truncated_chars: int = Field(
+        default=0, description="Characters left out of the trajectory fields in this row's "
+        "prompt by the judge's input_max_chars (head and tail kept around a marker)")
 
 
 class RunSummary(BaseModel):

@@ -99,7 +99,12 @@ def test_cli_run_with_llm_judges_rerun_costs_nothing(openai_server, anthropic_se
             asset_selection=[dg.AssetKey(["judgments", "gpt"]),
                              dg.AssetKey(["judgments", "claude"])])
     assert result.success
-    assert (openai_server.calls, anthropic_server.calls) == first, "the UI must not call"
+    # The UI's resource setup checks each endpoint once (a 1-token request, #10.7); no
+    # judgment is asked again.
+    assert (openai_server.calls, anthropic_server.calls) == (first[0] + 1, first[1] + 1)
+    for server in (openai_server, anthropic_server):
+        check = server.requests[-1].body
+        assert check.get("max_tokens", check.get("max_completion_tokens")) == 1
 
     for secret in (KEY, ANT_KEY):
         for folder in (out, tmp_path / "home", isolated_store):

@@ -55,7 +55,10 @@ def build_definitions(
     *,
     pipeline: PipelineSettings | None = None,
     assets_dir: str | None = None,
+    check_judges: bool = False,
 ) -> dg.Definitions:
+    """``check_judges``: each LLM judge resource checks its endpoint when set up (see
+    ``LLMJudgeResource.check_endpoint``)."""
     return dg.Definitions(
         assets=build_assets(judges),
         jobs=[batch_job, report_job],
@@ -64,15 +67,18 @@ def build_definitions(
         resources={
             "io_manager": ParquetIOManager(base_path=assets_dir),
             "pipeline": pipeline or PipelineSettings(),
-            **judge_resources(judges),
+            **judge_resources(judges, check_endpoint=check_judges),
         },
     )
 
 
 def location_definitions() -> dg.Definitions:
     """The UI's pipeline: judges from $EVAL_PIPELINE_JUDGES, else the heuristic judge; files
-    in the instance's store (see :mod:`eval_pipeline.store`), as the CLI's."""
-    return build_definitions(load_judges(os.environ.get(JUDGES_FILE_ENV) or None))
+    in the instance's store (see :mod:`eval_pipeline.store`), as the CLI's. Each LLM judge
+    checks its endpoint when its step starts, so a run from the UI with a wrong base_url or
+    key fails there in one line."""
+    return build_definitions(load_judges(os.environ.get(JUDGES_FILE_ENV) or None),
+                             check_judges=True)
 
 
 @dg.definitions

@@ -19,9 +19,17 @@ from pydantic import Field
 from eval_pipeline.judges import make_judge
 from eval_pipeline.judges.base import Judge
 from eval_pipeline.judges.cache import JudgeCache, default_cache_path
+from eval_pipeline.judges.check import check_judge_once
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import redact
-from eval_pipeline.judges.requests import build_react_requests, build_request, prompt_hash
+from eval_pipeline.judges.requests import (
+    Truncation,
+    build_react_requests,
+    build_request,
+    fit_tasks,
+    prompt_hash,
+    record_truncation,
+)
 from eval_pipeline.judges.runner import (
     ClipTask,
     JudgeJob,
@@ -62,6 +70,7 @@ class LLMJudgeResource(dg.ConfigurableResource):
     output_price_per_mtok: float | None = None
     budget_usd: float | None = None
     context_budget_chars: int | None = None
+    input_max_chars: int | None = None
     evaluations: list[str] | None = Field(
         default=None, description="Evaluation kinds to produce (default: all four)")
     api_key: str | None = Field(default=None, description="Bound from EnvVar(api_key_env)")
@@ -71,6 +80,21 @@ class LLMJudgeResource(dg.ConfigurableResource):
     retry_base_s: float = Field(default=0.5, description="First backoff wait, doubled each try")
     breaker_threshold: int = Field(
         default=3, description="Consecutive failed calls that stop the judge")
+    check_endpoint: bool = Field(
+        default=False, description="Before the judgments step, send one 1-token request to "
+        "the judge's endpoint (once per process): an unreachable base_url or a refused key "
+        "fails the run at once, in one line, instead of leaving failed rows. On in the UI's "
+        "code location; the CLI checks with --check-judges instead.")
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Fail at once, naming the judge and its base URL, when its endpoint cannot be
+        used: a run launched from the UI would otherwise do its ingest work and then fail
+        every judgment on an open breaker."""
+        if not self.check_endpoint:
+            return
+        config = self.judge_config()
+        if config.provider != "heuristic":
+            check_judge_once(config, self.api_key)
 
     def judge_config(self) -> JudgeConfig:
         values = {f: getattr(self, f) for f in _CONFIG_FIELDS}
@@ -79,6 +103,13 @@ class LLMJudgeResource(dg.ConfigurableResource):
     def build(self) -> Judge:
         """The provider client; the caller closes it (a :class:`JudgeJob` run does)."""
         return make_judge(self.judge_config(), self.api_key)
+
+    def fit(self, tasks: Sequence[ClipTask]) -> tuple[list[ClipTask], Truncation]:
+        """The tasks as this judge is sent them: an LLM judge's oversized fields cut to
+        ``input_max_chars``; the heuristic reads them whole (no context window, no cost)."""
+        config = self.judge_config()
+        limit = None if config.provider == "heuristic" else config.input_max_chars
+        return fit_tasks(tasks, limit)
 
     def open_cache(self) -> JudgeCache | None:
         if not self.cache_enabled or self.judge_config().provider == "heuristic":
@@ -98,9 +129,10 @@ class LLMJudgeResource(dg.ConfigurableResource):
     async def run(self, tasks: Sequence[ClipTask]) -> list[JudgmentRow]:
         """Judge every clip with cache, limits and budget: a row for every judgment, failed
         rows (never an exception) when the provider fails or the breaker opens."""
+        tasks, truncation = self.fit(tasks)
         cache = self.open_cache()
         try:
-            return (await run_job(self.job(cache), tasks)).rows
+            return record_truncation((await run_job(self.job(cache), tasks)).rows, truncation)
         finally:
             if cache is not None:
                 cache.close()
@@ -113,6 +145,7 @@ class LLMJudgeResource(dg.ConfigurableResource):
         identity = {"judge": config.name, "provider": config.provider,
                     "model": config.model or ""}
         mode, note = "", None
+        tasks, truncation = self.fit(tasks)
         try:
             judge = self.build()
             identity = {"judge": judge.name, "provider": judge.provider, "model": judge.model}
@@ -125,12 +158,13 @@ class LLMJudgeResource(dg.ConfigurableResource):
                     cache.close()
                 mode = getattr(judge, "reply_mode", "")
                 note = getattr(judge, "reply_mode_note", None)
-            return JudgeOutcome(config.name, rows, mode, note)
+            return JudgeOutcome(config.name, record_truncation(rows, truncation), mode, note)
         except Exception as exc:  # the other judges' work must survive any failure here
             error = redact(f"{type(exc).__name__}: {exc}", (self.api_key,))
             rows = []
         rows += failed_rows(tasks, config.evaluations, rows, error, identity)
-        return JudgeOutcome(config.name, rows, mode, note, failed=error)
+        return JudgeOutcome(config.name, record_truncation(rows, truncation), mode, note,
+                            failed=error)
 
 
 @dataclass

@@ -37,11 +37,14 @@ _MODULE = {"heuristic": "heuristic", "openai": "openai_judge",
 _ANSWER_SHAPING = ("provider", "model", "base_url", "preset", "project", "location",
                    "output_mode", "schema_bounds", "score_steps", "text_max_chars",
                    "temperature", "max_tokens",
-                   "context_budget_chars", "evaluations")
+                   "context_budget_chars", "input_max_chars", "evaluations")
 
 
 def judge_code_version(config: JudgeConfig) -> str:
-    shaping = config.model_dump_json(include=set(_ANSWER_SHAPING))
+    fields = set(_ANSWER_SHAPING)
+    if config.provider == "heuristic":
+        fields.discard("input_max_chars")  # the heuristic reads every field whole
+    shaping = config.model_dump_json(include=fields)
     modules = ["eval_pipeline.rubrics", "eval_pipeline.judges.runner",
                "eval_pipeline.judges.judgment",
                "eval_pipeline.judges.requests", "eval_pipeline.judges.reply",
@@ -162,6 +165,8 @@ def judgment_metadata(config: JudgeConfig, rows: Sequence[JudgmentRow], table: p
         "reply_mode_note": outcome.reply_mode_note or "",
         "reply_modes": dg.MetadataValue.json(dict(modes)),
         "context_dropped": sum(getattr(r, "context_dropped", 0) for r in rows),
+        "truncated_rows": sum(r.truncated_chars > 0 for r in rows),
+        "truncated_chars": sum(r.truncated_chars for r in rows),
         "judge_failed": outcome.failed or "",
         "template_version": templates_version(),
         "rows": totals.rows,
