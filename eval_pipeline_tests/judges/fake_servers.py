@@ -132,9 +132,10 @@ class FaultMix:
     the fault drawn uniformly from ``kinds``.
 
     Kinds: ``429`` (no Retry-After), ``429_retry_after`` (Retry-After ``retry_after``
-    seconds), ``500``, ``timeout`` (the answer held ``sleep_s``, past the client's timeout),
-    ``malformed``, ``cut``. ``echo_key`` makes the HTTP errors echo the key the request
-    carried, as a provider's "Incorrect API key provided: ..." does.
+    seconds), ``500``, ``400`` (not retried: the row fails), ``timeout`` (the answer held
+    ``sleep_s``, past the client's timeout), ``malformed``, ``cut``. ``echo_key`` makes
+    the HTTP errors echo the key the request carried, as a provider's "Incorrect API key
+    provided: ..." does.
     """
 
     rate: float = 0.2
@@ -159,6 +160,7 @@ class FaultMix:
             "429_retry_after": status(429, {"retry-after": self.retry_after},
                                       echo_key=self.echo_key),
             "500": status(500, echo_key=self.echo_key),
+            "400": status(400, echo_key=self.echo_key),
             "timeout": sleep(self.sleep_s),
             "malformed": MALFORMED,
             "cut": CUT,
