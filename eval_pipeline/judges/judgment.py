@@ -111,6 +111,22 @@ class _BreakerOpened(Exception):
     """The breaker opened while this request waited: it is not sent."""
 
 
+async def _score(judge: Judge, request: JudgeRequest) -> JudgeReply:
+    """``judge.score``, with a garbled response body counted as the transient fault it is.
+
+    The SDKs decode a 200's body themselves and let a body that is not JSON (a proxy's
+    error page, a reply mangled on the way) escape as ``json.JSONDecodeError``, which no
+    judge translates. It is the transport failing, not the model answering (the judges read
+    the model's own text leniently and report it as ``InvalidOutput``), so it is retried
+    like a reset and, if it persists, counts towards the breaker; before, it failed the row
+    at once, unretried and unseen by the breaker.
+    """
+    try:
+        return await judge.score(request)
+    except json.JSONDecodeError as exc:
+        raise TransientJudgeError(f"malformed response body (not JSON): {exc}") from None
+
+
 async def _send(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime, tally: _Tally,
                 priority: float) -> JudgeReply:
     """Send one request, retrying transient failures, holding a slot only while in flight.
@@ -130,7 +146,7 @@ async def _send(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime, tall
                     raise _BreakerOpened
                 tally.attempts += 1
                 try:
-                    reply = await judge.score(request)
+                    reply = await _score(judge, request)
                 except TransientJudgeError as exc:
                     wait = retries.wait_after(exc)
                     if wait is None:

@@ -15,6 +15,14 @@ llama-cpp-python does (HTTP 500, "Input should be 'text' or 'json_object'"),
 ``structured="none"`` ignores the response format, and ``tools=False`` answers a forced
 tool call with text, as a model whose chat template has no tool calling does.
 
+Faults at the transport level, beyond HTTP errors: ``MALFORMED`` answers 200 with a body
+that is not JSON, ``CUT`` sends the headers and half the body of a valid answer (its
+``content-length`` promises all of it) and closes the connection, ``sleep`` holds the answer
+past a client's timeout, ``RESET`` resets the connection. ``faults=FaultMix(...)`` draws a
+fault for each request not scripted, from a seeded generator, so a run at scale sees the
+same mix every time; ``injected`` counts what was drawn. ``score_of`` and ``label_of`` make
+each answer depend on the prompt, so a test can tell a score the server sent from any other.
+
 ``latency_s`` makes every request take that long (as a provider's generation does), and
 ``mean_in_flight`` is the time-weighted mean number of requests in flight between the first
 request's arrival and the last one's answer: what a scheduler's concurrency looks like from
@@ -25,12 +33,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import re
 import socket
 import struct
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -50,7 +60,8 @@ LLAMA_CPP_PYTHON_REFUSAL = (
 class Act:
     """One scripted reaction to a request."""
 
-    kind: Literal["ok", "text", "data", "status", "sleep", "reset"] = "ok"
+    kind: Literal["ok", "text", "data", "status", "sleep", "reset", "malformed",
+                  "cut"] = "ok"
     text: str = ""
     data: dict[str, Any] | None = None
     scores: dict[str, Any] | None = None
@@ -109,6 +120,52 @@ def sleep(seconds: float) -> Act:
 
 
 RESET = Act(kind="reset")
+# 200 with a body that is not JSON (a proxy's error page, a garbled reply)
+MALFORMED = Act(kind="malformed")
+# 200, half of a valid answer's body, then the connection closes (content-length says more)
+CUT = Act(kind="cut")
+
+
+@dataclass
+class FaultMix:
+    """Seeded random faults: each request not scripted fails with probability ``rate``,
+    the fault drawn uniformly from ``kinds``.
+
+    Kinds: ``429`` (no Retry-After), ``429_retry_after`` (Retry-After ``retry_after``
+    seconds), ``500``, ``400`` (not retried: the row fails), ``timeout`` (the answer held
+    ``sleep_s``, past the client's timeout), ``malformed``, ``cut``. ``echo_key`` makes
+    the HTTP errors echo the key the request carried, as a provider's "Incorrect API key
+    provided: ..." does.
+    """
+
+    rate: float = 0.2
+    seed: int = 0
+    kinds: tuple[str, ...] = ("429", "429_retry_after", "500", "timeout", "malformed", "cut")
+    retry_after: str = "0.05"
+    sleep_s: float = 2.0
+    echo_key: bool = False
+    _random: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._random = random.Random(self.seed)
+
+    def draw(self) -> tuple[str, Act] | None:
+        """The next request's fault and its act, or None for a normal answer (call with
+        the server's lock held: the generator is shared)."""
+        if self._random.random() >= self.rate:
+            return None
+        kind = self._random.choice(self.kinds)
+        acts = {
+            "429": status(429, echo_key=self.echo_key),
+            "429_retry_after": status(429, {"retry-after": self.retry_after},
+                                      echo_key=self.echo_key),
+            "500": status(500, echo_key=self.echo_key),
+            "400": status(400, echo_key=self.echo_key),
+            "timeout": sleep(self.sleep_s),
+            "malformed": MALFORMED,
+            "cut": CUT,
+        }
+        return kind, acts[kind]
 
 
 @dataclass
@@ -204,8 +261,18 @@ class _Server(ThreadingHTTPServer):
 class FakeLLMServer:
     def __init__(self, kind: Kind, tokens_in: int = 1000, tokens_out: int = 200,
                  score: float = 0.8, *, structured: Structured = "full",
-                 tools: bool = True, latency_s: float = 0.0) -> None:
+                 tools: bool = True, latency_s: float = 0.0,
+                 faults: FaultMix | None = None,
+                 score_of: Callable[[str], float] | None = None,
+                 label_of: Callable[[str, list[str]], str] | None = None) -> None:
+        """``score_of(user prompt)`` gives every rubric score of an answer (default
+        ``score``); ``label_of(user prompt, labels)`` a ReAct answer's label (default the
+        positive one)."""
         self.kind = kind
+        self.faults = faults
+        self.injected: Counter[str] = Counter()  # faults drawn from ``faults``, by kind
+        self.score_of = score_of
+        self.label_of = label_of
         self.latency_s = latency_s
         self.structured = structured
         self.tools = tools
@@ -272,7 +339,13 @@ class FakeLLMServer:
     def _next(self, recorded: Recorded) -> Act:
         with self._lock:
             self.requests.append(recorded)
-            return self.script.popleft() if self.script else OK
+            if self.script:
+                return self.script.popleft()
+            drawn = self.faults.draw() if self.faults is not None else None
+            if drawn is None:
+                return OK
+            self.injected[drawn[0]] += 1
+            return drawn[1]
 
     def refuses(self, body: dict[str, Any]) -> bool:
         """A json_object-only server refuses json_schema, as llama-cpp-python does."""
@@ -285,12 +358,15 @@ class FakeLLMServer:
         labels = labels_of(self.kind, body)
         if labels:
             # The seed's ReAct answer: an explanation and a label; a score only if scripted.
+            chosen = act.label or (self.label_of(_user_prompt(body), labels)
+                                   if self.label_of else labels[0])
             payload: dict[str, Any] = {"explanation": f"EXPLANATION: looks right {n}",
-                                       "label": act.label or labels[0]}
+                                       "label": chosen}
             if act.scores:
                 payload["scores"] = dict(act.scores)
         else:
-            values: dict[str, Any] = dict.fromkeys(_metrics_of(self.kind, body), self.score)
+            score = self.score_of(_user_prompt(body)) if self.score_of else self.score
+            values: dict[str, Any] = dict.fromkeys(_metrics_of(self.kind, body), score)
             if act.scores:
                 values.update(act.scores)
             if act.drop_metric:
@@ -344,6 +420,11 @@ class FakeLLMServer:
             # and a connection per request would bill both the judge and the bare client of
             # the benches a TCP handshake (and this server a thread) on every call.
             protocol_version = "HTTP/1.1"
+            # TCP_NODELAY: the headers and the body go out as two writes, and with Nagle's
+            # algorithm the body waited for the client's delayed ACK, 40 ms on Linux. At
+            # full concurrency that hid behind the other requests; with the concurrency
+            # cut to 1 by 429s it made every request take 40 ms.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -380,6 +461,17 @@ class FakeLLMServer:
                     self._send(500, {"error": {"message": LLAMA_CPP_PYTHON_REFUSAL,
                                                "type": "internal_server_error"}}, {})
                     return
+                if act.kind == "malformed":
+                    self._send_bytes(200, b'{"id": "x", "choices": [ <html>502 Bad Gateway',
+                                     {})
+                    return
+                if act.kind == "cut":
+                    data = json.dumps(server._answer(act, body, n)).encode()
+                    self._send_bytes(200, data[:len(data) // 2], {}, length=len(data))
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 if act.kind == "status":
                     key = headers.get("authorization", "").removeprefix("Bearer ") or \
                         headers.get("x-api-key", "")
@@ -395,18 +487,25 @@ class FakeLLMServer:
                 self._send(200, server._answer(act, body, n), {})
 
             def _send(self, code: int, payload: dict[str, Any], headers: dict[str, str]
-                      ) -> None:
-                data = json.dumps(payload).encode()
+                      ) -> bool:
+                return self._send_bytes(code, json.dumps(payload).encode(), headers)
+
+            def _send_bytes(self, code: int, data: bytes, headers: dict[str, str],
+                            length: int | None = None) -> bool:
+                """Whether the whole answer was written (False: the client had gone)."""
                 try:
                     self.send_response(code)
                     self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
+                    self.send_header("content-length", str(len(data) if length is None
+                                                           else length))
                     for k, v in headers.items():
                         self.send_header(k, v)
                     self.end_headers()
                     self.wfile.write(data)
+                    self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a timeout test)
+                    return False  # the client gave up (a timeout test)
+                return True
 
             def handle(self) -> None:
                 with contextlib.suppress(OSError, ValueError):
