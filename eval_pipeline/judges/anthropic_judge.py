@@ -47,7 +47,8 @@ class AnthropicJudge(SdkJudge):
         # base_url is always explicit so ANTHROPIC_BASE_URL or a profile on disk cannot
         # silently redirect a judge.
         self._client = AsyncAnthropic(api_key=api_key, base_url=self.endpoint.base_url,
-                                      timeout=config.timeout_s, max_retries=0)
+                                      timeout=config.timeout_s, max_retries=0,
+                                      http_client=self._http_client())
         self._body: dict[str, Any] = ({"temperature": config.temperature}
                                       if sends_temperature(config, self.endpoint) else {})
 

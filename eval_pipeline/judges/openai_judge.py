@@ -70,6 +70,7 @@ class OpenAIJudge(SdkJudge):
             timeout=config.timeout_s,
             max_retries=0,
             default_headers=default_headers,
+            http_client=self._http_client(),
         )
 
     def _kwargs(self, request: JudgeRequest, mode: str) -> dict[str, Any]:
