@@ -18,6 +18,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from eval_pipeline.exports.common import records, trajectory_info
+from eval_pipeline.rubrics import REACT_EVALUATIONS
 
 CLIP_SCORES_FILE = "clip_scores.csv"
 CLIP_SCORE_COLUMNS = [
@@ -47,7 +48,9 @@ def clip_score_rows(judgments: Mapping[str, pd.DataFrame], clips: pd.DataFrame,
                 "tool_type": row["tool_type"], "tool_name": tool_names.get((tid, ci)),
                 "evaluation_kind": row["evaluation_kind"], "judge": row.get("judge") or judge,
                 "provider": row["provider"], "model": row["model"],
-                "label": row.get("label") if row["status"] == "ok" else None,
+                # Only the ReAct kinds have a verdict; a rubric row's label is no label.
+                "label": row.get("label") if row["status"] == "ok"
+                and row["evaluation_kind"] in REACT_EVALUATIONS else None,
                 "status": row["status"], "error": row.get("error"),
                 "explanation": row.get("reasoning") or row.get("summary") or None,
             }

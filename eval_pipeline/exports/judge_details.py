@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from eval_pipeline.exports.common import TrajectoryInfo, records, safe_name, trajectory_info
 from eval_pipeline.ingest import clip_tasks
 from eval_pipeline.judges.requests import build_react_requests, build_request, prompt_hash
-from eval_pipeline.rubrics import EVAL_KIND_CLIP
+from eval_pipeline.rubrics import EVAL_KIND_CLIP, REACT_EVALUATIONS
 
 JUDGE_DETAILS_DIR = "judge_details"
 _ROW_COLUMNS = ["trajectory_id", "clip_index", "evaluation_kind", "tool_type", "judge",
@@ -119,7 +119,8 @@ def _evaluation(row: Mapping[str, Any], clip: Mapping[str, Any] | None,
             has_tool_call=bool(clip and clip.get("tool_call"))),
         evaluation_output=EvaluationOutput(
             success=ok, status=str(row["status"]), scores=scores,
-            label=row.get("label") if isinstance(row.get("label"), str) else None,
+            label=row.get("label") if isinstance(row.get("label"), str)
+            and row["evaluation_kind"] in REACT_EVALUATIONS else None,
             summary=str(row.get("summary") or ""), reasoning=str(row.get("reasoning") or ""),
             model_name=str(row["model"]), provider=str(row["provider"]),
             raw_response=str(row.get("raw_response") or ""),
