@@ -23,6 +23,7 @@ from typing import BinaryIO
 import pandas as pd
 
 from eval_pipeline.atomic import StoreBusyError, exclusive_store, write_atomic
+from eval_pipeline.exports import evaluated_record, write_exports
 from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.preprocess import PreprocessConfig
@@ -154,10 +155,9 @@ def write_evaluated(summaries: pd.DataFrame, path: Path) -> int:
 
     def write(fh: BinaryIO) -> None:
         for row in ordered.to_dict("records"):
-            record = {k: (None if isinstance(row.get(k), float) and pd.isna(row.get(k))
-                          else row.get(k)) for k in EVALUATED_FIELDS}
-            record["full_response_with_evaluations"] = row["full_response_with_evaluations"]
-            record["evaluation_metadata"] = json.loads(row["evaluation_metadata"])
+            plain = {str(k): (None if isinstance(v, float) and pd.isna(v) else v)
+                     for k, v in row.items()}
+            record = evaluated_record(plain, EVALUATED_FIELDS)
             fh.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
 
     write_atomic(path, write)
@@ -320,6 +320,7 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
     tables = export_tables(where.assets, output, keys, sorted(per_batch))
     write_evaluated(tables.get("trajectory_summaries", pd.DataFrame()),
                     output / "evaluated.jsonl")
+    write_exports(tables, output)
     return PipelineResult(tables, keys, where)
 
 

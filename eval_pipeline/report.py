@@ -17,13 +17,14 @@ from statistics import fmean
 import pandas as pd
 
 from eval_pipeline.agreement import auc, outcome_of, step_label_positive
+from eval_pipeline.scoring.react_breakdown import pooled_breakdown
 
 REPORT_MEAN_KEY = "mean_overall_score"
 REPORT_COLUMNS = [
     "batch", "trajectories", "scored_trajectories", "total_clips", "successful_evaluations",
     "clip_success_rate", "mean_overall_score", "agent_success_rate",
     "thought_to_tool_accuracy", "query_to_thought_accuracy", "sequence_optimality_accuracy",
-    "routing_checked", "routing_pass_rate",
+    "combined_accuracy", "tool_usage", "routing_checked", "routing_pass_rate",
     "outcome_auc", "outcome_labelled", "step_label_auc", "step_labelled", "tool_type_means",
 ]
 REACT_ACCURACY_COLUMNS = ["thought_to_tool_accuracy", "query_to_thought_accuracy",
@@ -93,6 +94,7 @@ def _row(batch: str, df: pd.DataFrame) -> dict:
         "mean_overall_score": float(scored.mean()) if len(scored) else None,
         "agent_success_rate": float(success.astype(bool).mean()) if len(success) else None,
         **_react_accuracies(df),
+        **pooled_breakdown(df["evaluation_metadata"]),
         "routing_checked": len(routed),
         "routing_pass_rate": float(routed.astype(bool).mean()) if len(routed) else None,
         **_label_agreement(df),
@@ -113,7 +115,8 @@ def build_report(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 def report_markdown(report: pd.DataFrame, last_mean: float | None) -> str:
     if report.empty:
         return "_no batch has been summarised yet_"
-    table = report.drop(columns=["tool_type_means"]).to_markdown(index=False, floatfmt=".3f")
+    table = report.drop(columns=["tool_type_means", "tool_usage"], errors="ignore").to_markdown(
+        index=False, floatfmt=".3f")
     overall = report[report["batch"] == "ALL"]
     lines = [table]
     if len(overall):

@@ -101,6 +101,9 @@ def test_summaries_carry_react_accuracies_without_touching_the_original_figures(
                             "labels": {"correct": 1, "incorrect": 1}},
         "query_to_thought": {"accuracy": None, "scored": 0, "total": 1, "labels": {}},
         "sequence_optimality": {"score": 1.0, "label": "optimal", "scored": True},
+        # #8.7: query-to-thought failed on the one clip that has it: nothing to combine.
+        "combined": {"correct": 0, "scored": 0, "accuracy": None},
+        "tool_usage": {},  # this test's clips table has no tool types
     }
     assert pd.isna(p["thought_to_tool_accuracy"]) and pd.isna(p["sequence_optimality"])
 

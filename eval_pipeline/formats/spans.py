@@ -81,6 +81,11 @@ class Span:
         return None if v is None else str(v)
 
     @property
+    def span_id(self) -> str | None:
+        v = self.get("context.span_id", "span_id", "spanId", "context.spanId")
+        return None if v is None else str(v)
+
+    @property
     def kind(self) -> str:
         v = self.get("openinference.span.kind", "span_kind", "kind")
         return str(v).upper() if v is not None else ""
@@ -210,6 +215,9 @@ class OpenInferenceSpanParser:
         out = Transcript()
         if task:
             out.element("user", task)
+        # The span each step came from, so evaluations can go back onto the span they judge
+        # (Phoenix's span evaluations are keyed by span id).
+        step_spans: list[str | None] = [root.span_id] * len(out.steps)
         pending: list[str] = []
         for span in ordered:
             if span.kind == "LLM":
@@ -225,6 +233,7 @@ class OpenInferenceSpanParser:
                                 tool_input=args)
                 out.element("tool_result", as_text(span.get("output.value")),
                             attrs={"name": name}, tool_name=name)
+            step_spans += [span.span_id] * (len(out.steps) - len(step_spans))
         steps = out.steps
         if not any(s.kind == "answer" for s in steps) and steps and steps[-1].kind == "text":
             # The model's last words with no call after them are its answer.
@@ -232,11 +241,14 @@ class OpenInferenceSpanParser:
         final = root.get("output.value") if root.kind in ("AGENT", "CHAIN") else None
         if final is not None and not any(s.kind == "answer" for s in steps):
             out.element("answer", as_text(final))
+        step_spans += [root.span_id] * (len(out.steps) - len(step_spans))
         extra: dict[str, Any] = {
             "trace_id": trace,
             "span_count": len(spans),
             "span_lines": [s.line for s in spans],
         }
+        if any(step_spans):
+            extra["step_span_ids"] = step_spans
         model = next((s.get("llm.model_name") for s in ordered if s.get("llm.model_name")), None)
         if notes:
             extra["parse_notes"] = notes

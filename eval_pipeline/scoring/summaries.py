@@ -27,6 +27,7 @@ from eval_pipeline.rubrics import (
     REACT_EVALUATIONS,
 )
 from eval_pipeline.scoring.averaging import json_object, mean
+from eval_pipeline.scoring.react_breakdown import react_breakdown, tool_clips_by_trajectory
 
 SUMMARY_COLUMNS = [
     "trajectory_id", "batch", "task_id", "source_format", "source_file", "source_line",
@@ -259,6 +260,7 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
             react_by_traj[r["trajectory_id"]].append(r)
             has_react = True
     routing_by_traj = {r["trajectory_id"]: r for r in _records(routing)}
+    tools_by_traj = tool_clips_by_trajectory(clips) if has_react else {}
     ends = {key: int(end) for key, end in _by_clip(clips, "end").items()}
     human = {key: label for key, label in _by_clip(clips, "human_label").items()
              if label is not None and not pd.isna(label)}
@@ -288,7 +290,8 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
         react = react_evaluations(react_rows)
         if has_react:
             # Added after the original tool's keys, which stay exactly as they were.
-            meta["react_evaluations"] = react
+            meta["react_evaluations"] = {
+                **react, **react_breakdown(react_rows, tools_by_traj.get(tid, {}))}
         routed = routing_by_traj.get(tid)
         if routed is not None:
             meta["routing"] = routing_block(routed)

@@ -150,3 +150,18 @@ def test_unreadable_parquet_is_one_quarantined_record(tmp_path: Path):
     result = parse_file(path, "b")
     assert not result.trajectories
     assert [(q.source_line, q.reason) for q in result.quarantined] == [(1, "invalid_parquet")]
+
+
+def test_each_step_keeps_the_span_it_came_from(tmp_path: Path):
+    """(#8.3) Evaluations go back onto the span they judge: the LLM span that chose the
+    tool, the TOOL span that ran it, the root span for the task."""
+    path = tmp_path / "spans.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in phoenix_rows() + otlp_rows()) + "\n")
+    react, fc = parse_file(path, "b").trajectories
+    kinds_and_spans = list(zip([s.kind for s in react.steps], react.extra["step_span_ids"],
+                               strict=True))
+    assert kinds_and_spans == [("user", "s1"), ("thought", "s2"), ("tool_call", "s2"),
+                               ("tool_result", "s3"), ("thought", "s4"), ("answer", "s4")]
+    assert react.extra["trace_id"] == "7f3a1c0de5b94f0e8f1a2b3c4d5e6f70"
+    # The OTLP rows carry no span ids: nothing is made up for them.
+    assert "step_span_ids" not in fc.extra

@@ -1,0 +1,114 @@
+"""What several exports share: plain records from tables, the trajectory facts they key on,
+and file names that are safe on every file system."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def records(table: pd.DataFrame | None, columns: Sequence[str] | None = None
+            ) -> list[dict[str, Any]]:
+    """Rows as plain dicts with pandas' missing values as None (JSON and CSV need None)."""
+    if table is None or not len(table):
+        return []
+    names = [c for c in table.columns if columns is None or c in columns]
+    out = []
+    for row in table[names].to_dict("records"):
+        out.append({str(k): None if _missing(v) else v for k, v in row.items()})
+    return out
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value) or value is pd.NA
+
+
+def safe_name(text: str) -> str:
+    """A file-name part: a model such as ``Qwen/Qwen2.5-7B`` or a task id with spaces or
+    slashes must not make a sub-folder or an unreadable name."""
+    return _UNSAFE.sub("_", text).strip("_") or "_"
+
+
+class TrajectoryInfo(BaseModel):
+    """The trajectory facts every export keys its rows on."""
+
+    trajectory_id: str
+    batch: str = ""
+    task_id: str = ""
+    trace_id: str | None = None
+    step_span_ids: list[str | None] = []
+
+
+def trajectory_info(trajectories: pd.DataFrame | None) -> dict[str, TrajectoryInfo]:
+    """By trajectory id; the trace id and per-step span ids a span export carried (in
+    ``extra``), none for sources without them."""
+    out: dict[str, TrajectoryInfo] = {}
+    for row in records(trajectories, ["trajectory_id", "batch", "task_id", "extra"]):
+        extra = _json_object(row.get("extra"))
+        trace = extra.get("trace_id")
+        spans = extra.get("step_span_ids")
+        out[str(row["trajectory_id"])] = TrajectoryInfo(
+            trajectory_id=str(row["trajectory_id"]), batch=str(row.get("batch") or ""),
+            task_id=str(row.get("task_id") or ""),
+            trace_id=str(trace) if trace else None,
+            step_span_ids=[str(s) if s else None for s in spans]
+            if isinstance(spans, list) else [])
+    return out
+
+
+def _json_object(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            loaded = json.loads(value)
+        except json.JSONDecodeError:
+            return {}
+        return loaded if isinstance(loaded, dict) else {}
+    return {}
+
+
+def clip_span_ids(clips: pd.DataFrame | None, info: Mapping[str, TrajectoryInfo],
+                  trajectories: pd.DataFrame | None) -> dict[tuple[str, int], str]:
+    """The span each clip is judged on: the span that made its tool call (the LLM span
+    that chose the tool, as the ReAct framework logs its evaluations; a TOOL span when the
+    call is only seen there), or for the final clip the span of its last step. Only for
+    trajectories whose source carried span ids."""
+    kinds = _step_kinds(trajectories, info)
+    out: dict[tuple[str, int], str] = {}
+    for clip in records(clips, ["trajectory_id", "clip_index", "step_start", "step_end"]):
+        tid = str(clip["trajectory_id"])
+        spans = info[tid].step_span_ids if tid in info else []
+        if not spans:
+            continue
+        first, last = int(clip["step_start"]), int(clip["step_end"])
+        inside = range(first, min(last, len(spans)))
+        step_kinds = kinds.get(tid, [])
+        call = next((i for i in inside if i < len(step_kinds)
+                     and step_kinds[i] == "tool_call" and spans[i]), None)
+        chosen = call if call is not None else next(
+            (i for i in reversed(inside) if spans[i]), None)
+        if chosen is not None:
+            span = spans[chosen]
+            if span:
+                out[(tid, int(clip["clip_index"]))] = span
+    return out
+
+
+def _step_kinds(trajectories: pd.DataFrame | None, info: Mapping[str, TrajectoryInfo]
+                ) -> dict[str, list[str]]:
+    if trajectories is None or "steps" not in trajectories.columns:
+        return {}
+    out: dict[str, list[str]] = {}
+    for tid, steps in zip(trajectories["trajectory_id"].tolist(),
+                          trajectories["steps"].tolist(), strict=True):
+        if str(tid) in info and info[str(tid)].step_span_ids and steps is not None:
+            out[str(tid)] = [str(s["kind"]) for s in steps]
+    return out

@@ -1,0 +1,195 @@
+"""Per-judge detail files as the original tool writes them in multi-model mode:
+``{provider}_{model}_{task_id}_eva.json``, one per judge and trajectory, with each clip's
+evaluation input (prompt length, tool type) and output (scores, summary, reasoning, raw
+response, error).
+
+The averaged ``evaluated.jsonl`` hides which judge said what; these files are where a user
+of the original tool looks to see one model's view of a trajectory. A failed judgment stays
+failed here: ``success: false``, no scores, its error in ``error_message``.
+
+``prompt_length`` is the length of the prompt the judge was sent (system and user text),
+rendered again from the clip and the row's context chain; it is given only when the
+rendered prompt hashes to the row's ``prompt_hash``, so it is never a guess (a judge whose
+``input_max_chars`` cut the clip, for instance, gets ``null``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel
+
+from eval_pipeline.exports.common import TrajectoryInfo, records, safe_name, trajectory_info
+from eval_pipeline.ingest import clip_tasks
+from eval_pipeline.judges.requests import build_react_requests, build_request, prompt_hash
+from eval_pipeline.rubrics import EVAL_KIND_CLIP, REACT_EVALUATIONS
+
+JUDGE_DETAILS_DIR = "judge_details"
+_ROW_COLUMNS = ["trajectory_id", "clip_index", "evaluation_kind", "tool_type", "judge",
+                "provider", "model", "status", "success", "scores", "label", "summary",
+                "reasoning", "raw_response", "error", "previous_context", "prompt_hash"]
+
+
+class EvaluationInput(BaseModel):
+    prompt_length: int | None
+    tool_type: str
+    has_tool_call: bool
+
+
+class EvaluationOutput(BaseModel):
+    success: bool
+    status: str
+    scores: dict[str, float]
+    label: str | None = None
+    summary: str
+    reasoning: str
+    model_name: str
+    provider: str
+    raw_response: str
+    error_message: str | None
+
+
+class ClipEvaluation(BaseModel):
+    clip_index: int
+    tool_type: str
+    evaluation_kind: str
+    clip_content: str
+    evaluation_input: EvaluationInput
+    evaluation_output: EvaluationOutput
+
+
+class JudgeDetailFile(BaseModel):
+    """One judge's view of one trajectory; the original's keys first, ours after."""
+
+    task_id: str
+    model_name: str
+    total_clips: int
+    evaluations: list[ClipEvaluation]
+    react_evaluations: list[ClipEvaluation]
+    judge: str
+    trajectory_id: str
+    batch: str
+
+
+class _Prompts:
+    """Prompt lengths rendered again from the clips, checked against each row's hash."""
+
+    def __init__(self, clips: pd.DataFrame, trajectories: pd.DataFrame) -> None:
+        self._tasks = {(t.trajectory_id, t.clip_index): t
+                       for t in clip_tasks(clips, trajectories)} if len(clips) else {}
+        self._react: dict[tuple[str, int, str], tuple[str, int]] = {}
+        by_traj: dict[str, list[Any]] = defaultdict(list)
+        for task in self._tasks.values():
+            by_traj[task.trajectory_id].append(task)
+        for tid, tasks in by_traj.items():
+            for request in build_react_requests(tasks):
+                self._react[(tid, request.clip_index, request.evaluation_kind)] = (
+                    prompt_hash(request),
+                    len(request.system_prompt) + len(request.user_prompt))
+
+    def length(self, row: Mapping[str, Any]) -> int | None:
+        key = (str(row["trajectory_id"]), int(row["clip_index"]))
+        if row["evaluation_kind"] == EVAL_KIND_CLIP:
+            task = self._tasks.get(key)
+            if task is None:
+                return None
+            request = build_request(task, row.get("previous_context") or "")
+            found = (prompt_hash(request),
+                     len(request.system_prompt) + len(request.user_prompt))
+        else:
+            found = self._react.get((*key, str(row["evaluation_kind"])), ("", 0))
+        return found[1] if found[0] and found[0] == row.get("prompt_hash") else None
+
+
+def _evaluation(row: Mapping[str, Any], clip: Mapping[str, Any] | None,
+                prompts: _Prompts) -> ClipEvaluation:
+    ok = row["status"] == "ok"
+    scores = json.loads(row["scores"]) if ok and row.get("scores") else {}
+    return ClipEvaluation(
+        clip_index=int(row["clip_index"]), tool_type=str(row["tool_type"]),
+        evaluation_kind=str(row["evaluation_kind"]),
+        clip_content=str(clip["content"]) if clip else "",
+        evaluation_input=EvaluationInput(
+            prompt_length=prompts.length(row), tool_type=str(row["tool_type"]),
+            has_tool_call=bool(clip and clip.get("tool_call"))),
+        evaluation_output=EvaluationOutput(
+            success=ok, status=str(row["status"]), scores=scores,
+            label=row.get("label") if isinstance(row.get("label"), str)
+            and row["evaluation_kind"] in REACT_EVALUATIONS else None,
+            summary=str(row.get("summary") or ""), reasoning=str(row.get("reasoning") or ""),
+            model_name=str(row["model"]), provider=str(row["provider"]),
+            raw_response=str(row.get("raw_response") or ""),
+            error_message=None if ok else str(row.get("error") or row["status"])))
+
+
+def judge_detail_files(judgments: Mapping[str, pd.DataFrame], clips: pd.DataFrame,
+                       trajectories: pd.DataFrame) -> dict[str, JudgeDetailFile]:
+    """File name -> content, for every judge and every trajectory it has rows for.
+
+    Names follow the original's pattern; a judge sharing provider and model with another
+    gets its name added, and a task id met twice (duplicate ids are kept) gets ``__2``,
+    ``__3``... in trajectory order, so no file overwrites another.
+    """
+    info = trajectory_info(trajectories)
+    prompts = _Prompts(clips, trajectories)
+    clip_rows = {(str(c["trajectory_id"]), int(c["clip_index"])): c
+                 for c in records(clips, ["trajectory_id", "clip_index", "content",
+                                          "tool_call"])}
+    clip_counts: dict[str, int] = defaultdict(int)
+    for tid, _ in clip_rows:
+        clip_counts[tid] += 1
+    tables = {name: records(t, _ROW_COLUMNS) for name, t in judgments.items() if len(t)}
+    model_of = {name: (str(rows[0]["provider"]), str(rows[0]["model"]))
+                for name, rows in tables.items()}
+    shared = {pm for pm in model_of.values() if list(model_of.values()).count(pm) > 1}
+    order = {tid: i for i, tid in enumerate(info)}
+    files: dict[str, JudgeDetailFile] = {}
+    for name, rows in tables.items():
+        provider, model = model_of[name]
+        prefix = f"{safe_name(provider)}_{safe_name(model)}"
+        if (provider, model) in shared:
+            prefix += f"_{safe_name(name)}"
+        by_traj: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            by_traj[str(row["trajectory_id"])].append(row)
+        seen: dict[str, int] = defaultdict(int)
+        for tid in sorted(by_traj, key=lambda t: (order.get(t, len(order)), t)):
+            traj = info.get(tid, TrajectoryInfo(trajectory_id=tid, task_id=tid))
+            seen[traj.task_id] += 1
+            suffix = "" if seen[traj.task_id] == 1 else f"__{seen[traj.task_id]}"
+            ordered = sorted(by_traj[tid], key=lambda r: (int(r["clip_index"]),
+                                                          str(r["evaluation_kind"])))
+            evaluations = [_evaluation(r, clip_rows.get((tid, int(r["clip_index"]))), prompts)
+                           for r in ordered]
+            filename = f"{prefix}_{safe_name(traj.task_id)}{suffix}_eva.json"
+            files[filename] = JudgeDetailFile(
+                task_id=traj.task_id, model_name=f"{provider}_{model}",
+                total_clips=clip_counts.get(tid, 0),
+                evaluations=[e for e in evaluations if e.evaluation_kind == EVAL_KIND_CLIP],
+                react_evaluations=[e for e in evaluations
+                                   if e.evaluation_kind != EVAL_KIND_CLIP],
+                judge=name, trajectory_id=tid, batch=traj.batch)
+    return files
+
+
+def write_judge_details(folder: Path, files: Mapping[str, JudgeDetailFile]) -> list[str]:
+    """Write the files into ``folder`` (which the caller swaps in whole); their names."""
+    for filename, content in files.items():
+        (folder / filename).write_text(
+            json.dumps(content.model_dump(), ensure_ascii=False, indent=2) + "\n", "utf-8")
+    return sorted(files)
+
+
+def judgment_tables(tables: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The judges' tables among a run's exports (``judgments__<judge>``), by judge name."""
+    prefix = "judgments__"
+    return {name[len(prefix):]: t for name, t in tables.items() if name.startswith(prefix)}
+
+
+__all__: Sequence[str] = ["JUDGE_DETAILS_DIR", "JudgeDetailFile", "judge_detail_files",
+                          "judgment_tables", "write_judge_details"]
