@@ -48,9 +48,10 @@ class Step(BaseModel):
     )
     tool_call_id: str | None = None
     turn: int | None = Field(
-        default=None, description="For a tool call: the index of the assistant message that "
-        "made it, where the source has messages; calls sharing a turn were made in parallel "
-        "and have no order among themselves (routing's strict mode). None: a call of its own.")
+        default=None, description="For a tool call, where the source has messages: the "
+        "number (0, 1, ...) of the tool-calling assistant message that made it; calls sharing "
+        "a turn were made in parallel and have no order among themselves (routing's strict "
+        "mode). None: a call of its own.")
     label: float | None = Field(
         default=None,
         description="A per-step label the source carries, on one scale: +1 good, 0 neutral, "

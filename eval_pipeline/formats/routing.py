@@ -124,6 +124,8 @@ class RoutingCaseParser(JsonRecordsParser):
     PROMPT_KEYS: ClassVar[tuple[str, ...]] = ("prompt", "query", "question", "input", "task")
 
     def sniff(self, path: Path, head: str) -> float:
+        if '"messages"' in head and '"role"' in head:
+            return 0.0  # a chat log that carries its case: the chat parser reads both
         if '"expected_tools"' in head or '"expected_calls"' in head:
             return 0.8
         if '"relevant APIs"' in head:
