@@ -27,6 +27,12 @@ from eval_pipeline.local_run import (
     run_pipeline,
 )
 from eval_pipeline.preprocess import PreprocessConfig
+from eval_pipeline.routing import (
+    ARGUMENT_MODES,
+    TRAJECTORY_MODES,
+    render_report,
+    results_from_table,
+)
 from eval_pipeline.tool_registry import load_registry
 
 
@@ -74,6 +80,9 @@ def summary_lines(tables: dict[str, pd.DataFrame], batches: int,
     routing = tables.get("routing_checks")
     if routing is not None and len(routing):
         lines.append(("routing checks", f"{int(routing['passed'].sum())}/{len(routing)} passed"))
+        if "partial_credit" in routing.columns:
+            lines.append(("  routing partial credit",
+                          f"{float(routing['partial_credit'].mean()):.3f}"))
     lines.append(("mean overall score",
                   f"{scored.mean():.3f} over {len(scored)} trajectories" if len(scored)
                   else "n/a (nothing scored)"))
@@ -91,6 +100,32 @@ def summary_lines(tables: dict[str, pd.DataFrame], batches: int,
         for tool, n in clips["tool_type"].value_counts().items():
             lines.append((f"  clips: {tool}", int(n)))
     return lines
+
+
+ROUTING_REPORT_MAX_CASES = 40
+
+
+def print_routing_report(tables: dict[str, pd.DataFrame], output: Path) -> None:
+    """The eval-suite report (routing evals' format) goes to ``routing_report.txt``; it is
+    printed too when it is short enough to read in a terminal."""
+    routing = tables.get("routing_checks")
+    if routing is None or not len(routing):
+        return
+    text = routing_report_text(tables)
+    (output / "routing_report.txt").write_text(text + "\n", "utf-8")
+    if len(routing) <= ROUTING_REPORT_MAX_CASES:
+        print(f"\n{text}")
+    else:
+        print(f"\nrouting report ({len(routing)} cases): {output / 'routing_report.txt'}")
+
+
+def routing_report_text(tables: dict[str, pd.DataFrame]) -> str:
+    """The report from the exported tables (prompts from the trajectories)."""
+    routing = tables["routing_checks"]
+    kept = tables.get("preprocessed_trajectories")
+    prompts = (dict(zip(kept["trajectory_id"], kept["task_description"], strict=True))
+               if kept is not None and len(kept) else {})
+    return render_report(results_from_table(routing, prompts))
 
 
 JUDGMENTS_FAILED = 3
@@ -159,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the format of files matching GLOB (repeatable)")
     run.add_argument("--tools", type=Path, default=None,
                      help="a tools.yaml mapping tags and tool names to tool types")
+    run.add_argument("--routing-mode", choices=list(TRAJECTORY_MODES), default="superset",
+                     help="routing checks' trajectory match mode, as LangChain agentevals "
+                     "(default superset: every expected call was made); a case's "
+                     "match_mode overrides it")
+    run.add_argument("--argument-mode", choices=list(ARGUMENT_MODES), default="exact",
+                     help="routing checks' argument match mode, as agentevals (default "
+                     "exact); a case's argument_mode overrides it")
     run.add_argument("--batches-per-run", type=_positive, default=None, metavar="N",
                      help="batches per Dagster run (default: all batches in one run; 1 gives "
                      "one run per batch)")
@@ -250,7 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_pipeline(args.input, args.output, judges, args.split_size,
                               preprocess, read,
                               "DEBUG" if args.verbose else "WARNING", args.workers,
-                              args.batches_per_run, args.store)
+                              args.batches_per_run, args.store,
+                              routing={"routing_mode": args.routing_mode,
+                                       "routing_argument_mode": args.argument_mode})
     except PipelineInputError as exc:
         print(f"eval-pipeline: error: {exc}", file=sys.stderr)
         return 1
@@ -262,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failures:
         lines.insert(0, ("JUDGES FAILED", ", ".join(failures)))
     print(tabulate(lines, headers=["", "value"], tablefmt="simple"))
+    print_routing_report(tables, args.output)
     print(f"\nwrote {args.output / 'evaluated.jsonl'} and "
           f"{len(tables)} asset tables to {args.output}/")
     print(f"store (batches, asset Parquet): {result.store.root}")

@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -247,7 +247,8 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
                  split_size: int = 10, preprocess: PreprocessConfig | None = None,
                  read: ReadOptions | None = None, log_level: str = "WARNING",
                  workers: int = 1, batches_per_run: int | None = None,
-                 store: Path | None = None) -> PipelineResult:
+                 store: Path | None = None,
+                 routing: Mapping[str, str] | None = None) -> PipelineResult:
     """Run every stage for every batch through Dagster and export the results.
 
     Batch files and asset Parquet go to the instance's store (``store``, else as
@@ -257,7 +258,8 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     batch job, so a run's fixed cost (run creation, event log) and its judge scheduler are
     shared by its batches. With ``workers > 1`` the runs are spread over that many processes
     recording into the same instance; they contend for its SQLite event log, so this pays
-    off with slow (LLM) judges or a Postgres-backed instance.
+    off with slow (LLM) judges or a Postgres-backed instance. ``routing`` sets the
+    ``pipeline`` resource's routing modes (``routing_mode``, ``routing_argument_mode``).
     """
     check_judge_keys(judges)
     where = resolve_store(store)
@@ -265,7 +267,7 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
         with exclusive_store(where.root):  # a second CLI run on the store is refused at once
             return _run_in_store(where, input_path, output, judges, split_size,
                                  preprocess or PreprocessConfig(), read or ReadOptions(),
-                                 log_level, workers, batches_per_run)
+                                 log_level, workers, batches_per_run, routing or {})
     except StoreBusyError as exc:
         raise PipelineInputError(str(exc)) from None
 
@@ -273,7 +275,8 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
 def _run_in_store(where: Store, input_path: Path, output: Path,
                   judges: Sequence[JudgeConfig], split_size: int,
                   preprocess: PreprocessConfig, read: ReadOptions, log_level: str,
-                  workers: int, batches_per_run: int | None) -> PipelineResult:
+                  workers: int, batches_per_run: int | None,
+                  routing: Mapping[str, str]) -> PipelineResult:
     import dagster as dg
 
     from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION, batch_ranges
@@ -285,7 +288,8 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
     spec = BatchRunSpec(
         judges=tuple(judges),
         pipeline={"batches_dir": str(where.batches), "incoming_dir": str(where.incoming),
-                  "split_size": split_size, **read.model_dump(), **preprocess.model_dump()},
+                  "split_size": split_size, **read.model_dump(), **preprocess.model_dump(),
+                  **routing},
         assets_dir=str(where.assets),
         log_level=log_level,
     )

@@ -47,6 +47,11 @@ class Step(BaseModel):
         default=None, description="The call's parameters as text (JSON where the source has it)."
     )
     tool_call_id: str | None = None
+    turn: int | None = Field(
+        default=None, description="For a tool call, where the source has messages: the "
+        "number (0, 1, ...) of the tool-calling assistant message that made it; calls sharing "
+        "a turn were made in parallel and have no order among themselves (routing's strict "
+        "mode). None: a call of its own.")
     label: float | None = Field(
         default=None,
         description="A per-step label the source carries, on one scale: +1 good, 0 neutral, "

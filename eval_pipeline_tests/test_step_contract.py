@@ -78,8 +78,8 @@ def test_routing_rules_travel_on_the_trajectory_not_the_format_name(tmp_path):
     ])
     raw, _ = ingest.read_batch(cases, None, "b")
     raw = _round_trip(raw, tmp_path / "raw.parquet")
-    named, _ = routing_table(raw, "subset")
-    blanked, _ = routing_table(raw.assign(source_format=""), "subset")
+    named, _ = routing_table(raw, "superset")
+    blanked, _ = routing_table(raw.assign(source_format=""), "superset")
     pd.testing.assert_frame_equal(named, blanked)
     # Routing cases say an empty expectation means "call no tool".
     assert named["reason"].iloc[0] == "Correctly called no tool"

@@ -216,7 +216,25 @@ def render_messages(messages: list[Any], registry: ToolRegistry) -> RenderedChat
                     names_by_id[call["id"]] = name or ""
                 last_call_name = name
         message_steps.append(list(range(before, len(out.steps))))
+    _number_turns(out.steps, message_steps)
     return RenderedChat(out.text(), out.steps, message_steps, notes)
+
+
+def _number_turns(steps: list[Step], message_steps: list[list[int]]) -> None:
+    """Give the calls of one assistant message one ``turn``: they were issued together
+    (parallel tool calls) and have no order among themselves. A result inside the same
+    message (calls written inline in its text, answered inline) closes the turn."""
+    turn = 0
+    for members in message_steps:
+        open_turn = False
+        for i in members:
+            if steps[i].kind == "tool_call":
+                steps[i] = steps[i].model_copy(update={"turn": turn})
+                open_turn = True
+            elif steps[i].kind == "tool_result" and open_turn:
+                turn, open_turn = turn + 1, False
+        if open_turn:
+            turn += 1
 
 
 def _demote_text_calls(steps: list[Step], has_native_calls: bool) -> list[Step]:

@@ -22,7 +22,9 @@ from eval_pipeline.formats.records import (
     as_str,
 )
 from eval_pipeline.formats.render import as_text
+from eval_pipeline.formats.routing import expectations_from
 from eval_pipeline.models import Step, Trajectory
+from eval_pipeline.routing import RULE_KEYS
 
 FORMAT_NAME = "chat"
 MESSAGE_KEYS = ("messages", "conversations", "conversation", "traj", "dialog", "turns",
@@ -108,6 +110,9 @@ class ChatParser(JsonRecordsParser):
     """JSONL or a JSON list of records with a message list."""
 
     name: ClassVar[str] = FORMAT_NAME
+    #: Only a record that carries ``expected_tools: []`` has an empty expectation: a case
+    #: written to say "call nothing".
+    empty_expectation_means_no_call: ClassVar[bool] = True
 
     def sniff(self, path: Path, head: str) -> float:
         if '"messages_display"' in head or '"step_labels"' in head:
@@ -128,7 +133,10 @@ class ChatParser(JsonRecordsParser):
         rendered = render_messages(messages, ctx.registry)
         steps, label_notes = apply_step_labels(
             rendered.steps, rendered.message_steps, value.get("step_labels"))
-        extra = {k: v for k, v in value.items() if k != key}
+        tools, calls, rules = expectations_from(value)  # a chat log may carry a case's
+        extra = {k: v for k, v in value.items() if k != key and k not in RULE_KEYS}
+        if rules:
+            extra["routing_rules"] = rules
         notes = rendered.notes + label_notes
         if notes:
             extra["parse_notes"] = notes
@@ -148,5 +156,6 @@ class ChatParser(JsonRecordsParser):
             reward=as_float(value.get("reward")),
             final_label=as_float(value.get("final_label")),
             final_result=as_str(final) if final is not None else answer,
+            expected_tools=tools, expected_calls=calls,
             extra=extra,
         )

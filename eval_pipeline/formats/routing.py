@@ -25,6 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import ValidationError
+
 from eval_pipeline.formats.base import ParseContext, RawRecord, iter_jsonl
 from eval_pipeline.formats.chat import loads_lenient
 from eval_pipeline.formats.records import (
@@ -36,6 +38,7 @@ from eval_pipeline.formats.records import (
 )
 from eval_pipeline.formats.render import Transcript, as_text
 from eval_pipeline.models import Trajectory
+from eval_pipeline.routing import RULE_KEYS, RoutingRules
 
 _CALL_NAME = re.compile(r"^\s*([\w.]+)\s*\(")
 
@@ -56,12 +59,73 @@ def _signed(satisfied: bool | None) -> float | None:
     """Step labels use one scale across sources: +1 good, 0 neutral, -1 bad."""
     return None if satisfied is None else (1.0 if satisfied else -1.0)
 
+def _expected_call(c: Any, group: int | None) -> dict[str, Any]:
+    if isinstance(c, str):
+        call: dict[str, Any] = {"name": c}
+    elif isinstance(c, dict) and c.get("name"):
+        call = {"name": str(c["name"]),
+                **({"arguments": c["arguments"]} if "arguments" in c else {})}
+    else:
+        raise RecordError("wrong_type", f"expected call {c!r} has no name")
+    if group is not None:
+        call["group"] = group
+    elif isinstance(c, dict) and isinstance(c.get("group"), int):
+        call["group"] = c["group"]
+    return call
+
+
+def expectations_from(value: dict[str, Any]
+                      ) -> tuple[list[str] | None, list[dict[str, Any]] | None, dict[str, Any]]:
+    """``expected_tools``, ``expected_calls`` and routing rules of a case or a chat record.
+
+    ``expected_calls`` entries are a tool name, ``{name, arguments?}``, or a list of those:
+    calls expected together in one assistant message (parallel; no order among them), which
+    get one ``group``. The rules (``match_mode``, ``argument_mode``, ``argument_overrides``,
+    ``argument_comparators``) are validated here, so a typo quarantines the record instead
+    of failing its batch's routing checks.
+    """
+    calls: list[dict[str, Any]] | None = None
+    if "expected_calls" in value:
+        raw = loads_lenient(value["expected_calls"])
+        if not isinstance(raw, list):
+            raise RecordError("wrong_type", "expected_calls must be a list")
+        calls = []
+        for position, c in enumerate(raw):
+            if isinstance(c, list):
+                calls.extend(_expected_call(member, position) for member in c)
+            else:
+                calls.append(_expected_call(c, None))
+    tools: list[str] | None = None
+    if "expected_tools" in value:
+        raw_tools = loads_lenient(value["expected_tools"])
+        if not isinstance(raw_tools, list) or not all(isinstance(t, str) for t in raw_tools):
+            raise RecordError("wrong_type", "expected_tools must be a list of strings")
+        tools = list(raw_tools)
+    elif "relevant APIs" in value:
+        apis = loads_lenient(value["relevant APIs"])
+        if not isinstance(apis, list):
+            raise RecordError("wrong_type", "relevant APIs must be a list")
+        tools = [f"{_std(str(a[1]))}_for_{_std(str(a[0]))}" for a in apis
+                 if isinstance(a, list | tuple) and len(a) == 2]
+    elif calls is not None:
+        tools = list(dict.fromkeys(c["name"] for c in calls))
+    try:
+        rules = RoutingRules.model_validate({k: value[k] for k in RULE_KEYS if k in value})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise RecordError("wrong_type", f"routing rule {where}: {first['msg']}") from None
+    return tools, calls, rules.model_dump(exclude_defaults=True)
+
+
 class RoutingCaseParser(JsonRecordsParser):
     name: ClassVar[str] = "routing_cases"
     empty_expectation_means_no_call: ClassVar[bool] = True
     PROMPT_KEYS: ClassVar[tuple[str, ...]] = ("prompt", "query", "question", "input", "task")
 
     def sniff(self, path: Path, head: str) -> float:
+        if '"messages"' in head and '"role"' in head:
+            return 0.0  # a chat log that carries its case: the chat parser reads both
         if '"expected_tools"' in head or '"expected_calls"' in head:
             return 0.8
         if '"relevant APIs"' in head:
@@ -76,7 +140,7 @@ class RoutingCaseParser(JsonRecordsParser):
         if not isinstance(prompt, str):
             raise RecordError("wrong_type", f"prompt must be a string, got "
                                             f"{type(prompt).__name__}")
-        tools, calls = self._expected(value)
+        tools, calls, rules = expectations_from(value)
         text, steps = _prompt_steps(prompt)
         task_id = next((value[k] for k in ("name", "id", "task_id", "query_id")
                         if value.get(k) is not None), None)
@@ -85,40 +149,11 @@ class RoutingCaseParser(JsonRecordsParser):
             task_id=as_str(task_id) if task_id is not None else f"line{rec.line}",
             task_description=prompt, raw_response=text, steps=steps,
             expected_tools=tools, expected_calls=calls,
-            extra={k: v for k, v in value.items() if k not in self.PROMPT_KEYS},
+            extra={**{k: v for k, v in value.items()
+                      if k not in self.PROMPT_KEYS and k not in RULE_KEYS},
+                   **({"routing_rules": rules} if rules else {})},
         )
 
-    @staticmethod
-    def _expected(value: dict[str, Any]) -> tuple[list[str] | None, list[dict[str, Any]] | None]:
-        calls: list[dict[str, Any]] | None = None
-        if "expected_calls" in value:
-            raw = loads_lenient(value["expected_calls"])
-            if not isinstance(raw, list):
-                raise RecordError("wrong_type", "expected_calls must be a list")
-            calls = []
-            for c in raw:
-                if isinstance(c, str):
-                    calls.append({"name": c})
-                elif isinstance(c, dict) and c.get("name"):
-                    calls.append({"name": str(c["name"]),
-                                  **({"arguments": c["arguments"]} if "arguments" in c else {})})
-                else:
-                    raise RecordError("wrong_type", f"expected call {c!r} has no name")
-        tools: list[str] | None = None
-        if "expected_tools" in value:
-            raw_tools = loads_lenient(value["expected_tools"])
-            if not isinstance(raw_tools, list) or not all(isinstance(t, str) for t in raw_tools):
-                raise RecordError("wrong_type", "expected_tools must be a list of strings")
-            tools = list(raw_tools)
-        elif "relevant APIs" in value:
-            apis = loads_lenient(value["relevant APIs"])
-            if not isinstance(apis, list):
-                raise RecordError("wrong_type", "relevant APIs must be a list")
-            tools = [f"{_std(str(a[1]))}_for_{_std(str(a[0]))}" for a in apis
-                     if isinstance(a, list | tuple) and len(a) == 2]
-        elif calls is not None:
-            tools = list(dict.fromkeys(c["name"] for c in calls))
-        return tools, calls
 
 
 @lru_cache(maxsize=16)
@@ -141,9 +176,9 @@ def expected_from_ground_truth(truth: Any) -> list[dict[str, Any]]:
                 m = _CALL_NAME.match(str(call))
                 calls.append({"name": m.group(1) if m else str(call), "call": str(call),
                               "turn": turn})
-        elif isinstance(item, dict):
+        elif isinstance(item, dict):  # single-turn: every gold call is in one response
             for name, params in item.items():
-                calls.append({"name": str(name), "arguments": params})
+                calls.append({"name": str(name), "arguments": params, "group": 0})
     return calls
 
 
@@ -211,7 +246,8 @@ class BfclAnswersParser(JsonRecordsParser):
             args = c.get("call") or json.dumps(c.get("arguments"), ensure_ascii=False,
                                                 default=str)
             out.element("tool_call", args, attrs={"name": c["name"]}, tool_name=c["name"],
-                        tool_type=ctx.registry.tool_type_for_name(c["name"]), tool_input=args)
+                        tool_type=ctx.registry.tool_type_for_name(c["name"]), tool_input=args,
+                        turn=c.get("group"))
         return self.trajectory(
             rec, ctx, index, task_id=qid, raw_response=out.text(), steps=out.steps,
             expected_calls=calls, expected_tools=list(dict.fromkeys(c["name"] for c in calls)),

@@ -219,6 +219,11 @@ def routing_block(row: Mapping[str, Any]) -> dict[str, Any]:
     block["arguments_passed"] = None if args is None or pd.isna(args) else bool(args)
     block["passed"] = bool(block["passed"])
     block["arguments_checked"] = int(block["arguments_checked"])
+    for key in ("match_mode", "argument_mode"):  # since #13: the modes and partial credit
+        if isinstance(row.get(key), str):
+            block[key] = row[key]
+    if row.get("partial_credit") is not None and not pd.isna(row["partial_credit"]):
+        block["partial_credit"] = float(row["partial_credit"])
     return block
 
 

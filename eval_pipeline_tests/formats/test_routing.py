@@ -54,8 +54,9 @@ def test_bfcl_questions_join_their_answers(corpora_dir):
     assert len(simple.trajectories) == 400
     first = simple.trajectories[0]
     assert first.task_id == "simple_python_0"
+    # Single-turn gold calls are one model response: one group (parallel, unordered).
     assert first.expected_calls == [{"name": "calculate_triangle_area", "arguments": {
-        "base": [10], "height": [5], "unit": ["units", ""]}}]
+        "base": [10], "height": [5], "unit": ["units", ""]}, "group": 0}]
     assert first.expected_tools == ["calculate_triangle_area"]
 
     multi = parse_file(data / "BFCL_v4_multi_turn_base.json", "b")

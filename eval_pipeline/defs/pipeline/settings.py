@@ -13,7 +13,7 @@ from pydantic import Field
 
 from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.preprocess import FilterMode, PreprocessConfig
-from eval_pipeline.routing import RoutingMode
+from eval_pipeline.routing import ArgumentMode, TrajectoryMode
 from eval_pipeline.store import resolve_store
 
 
@@ -33,8 +33,14 @@ class PipelineSettings(dg.ConfigurableResource):
     """Per-file format: glob on the drop's name or path -> format name."""
     tools_file: str | None = None
     """A tools.yaml (tag/name -> tool type) replacing the packaged registry."""
-    routing_mode: RoutingMode = "subset"
-    """subset: every expected tool was called; exact: and no other tool."""
+    routing_mode: TrajectoryMode = "superset"
+    """Trajectory match mode, as LangChain agentevals: superset (every expected call was
+    made; before #13 this was called subset), unordered (exactly the expected calls, any
+    order), subset (no call beyond the expected ones), strict (the expected calls in order;
+    one message's parallel calls in any order). A case's ``match_mode`` overrides it."""
+    routing_argument_mode: ArgumentMode = "exact"
+    """Argument match mode, as agentevals: exact, ignore, subset (no argument beyond the
+    expected ones), superset (every expected argument, extra ones allowed)."""
 
     @property
     def incoming_path(self) -> Path:

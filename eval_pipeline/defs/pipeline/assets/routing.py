@@ -6,7 +6,7 @@ import pandas as pd
 from eval_pipeline.defs.pipeline.assets.metadata import per_batch_output, preview
 from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
-from eval_pipeline.routing import RoutingResult, render_report, routing_table
+from eval_pipeline.routing import TRAJECTORY_MODES, RoutingResult, render_report, routing_table
 from eval_pipeline.versions import source_version
 
 
@@ -23,16 +23,20 @@ def routing_checks(context: dg.AssetExecutionContext, pipeline: PipelineSettings
     tables: dict[str, pd.DataFrame] = {}
     metadata: dict[str, dict[str, object]] = {}
     for batch in context.partition_keys:
-        table, results = routing_table(preprocessed_trajectories[batch], pipeline.routing_mode)
+        table, results = routing_table(preprocessed_trajectories[batch], pipeline.routing_mode,
+                                       pipeline.routing_argument_mode)
         tables[batch] = table
-        metadata[batch] = _routing_metadata(table, results, pipeline.routing_mode)
+        metadata[batch] = _routing_metadata(table, results, pipeline.routing_mode,
+                                            pipeline.routing_argument_mode)
     return per_batch_output(context, tables, metadata)
 
 
 def _routing_metadata(table: pd.DataFrame, results: list[RoutingResult],
-                      mode: str) -> dict[str, object]:
+                      mode: str, argument_mode: str) -> dict[str, object]:
+    """Counts per mode too, so switching modes is a look at the metadata, not a rerun."""
     passed = int(table["passed"].sum()) if len(table) else 0
     args = table[table["arguments_checked"] > 0] if len(table) else table
+    bfcl = (table["bfcl_passed"].dropna() if len(table) else pd.Series()).astype(bool)
     return {
         "checked": len(table),
         "passed": passed,
@@ -42,8 +46,15 @@ def _routing_metadata(table: pd.DataFrame, results: list[RoutingResult],
         "arguments_passed": int(args["arguments_passed"].fillna(False).astype(bool).sum())
         if len(args) else 0,
         "mode": mode,
+        "argument_mode": argument_mode,
+        **{f"passed_{m}": int(table[f"{m}_passed"].sum()) if len(table) else 0
+           for m in TRAJECTORY_MODES},
+        "mean_partial_credit": dg.MetadataValue.float(round(float(
+            table["partial_credit"].mean()), 4)) if len(table) else dg.MetadataValue.null(),
+        "bfcl_checked": len(bfcl),
+        "bfcl_passed": int(bfcl.sum()),
         "report": dg.MetadataValue.md(f"```\n{render_report(results)}\n```") if results
         else dg.MetadataValue.md("_no trajectory in this batch carries expected tools_"),
-        "preview": preview(table, ["task_id", "passed", "expected_tools", "actual_tools",
-                                   "reason"]),
+        "preview": preview(table, ["task_id", "match_mode", "passed", "partial_credit",
+                                   "expected_tools", "actual_tools", "reason"]),
     }
