@@ -131,10 +131,10 @@ class SdkJudge:
 
     def _http_client(self) -> Any:
         """The SDK's own HTTP client, keeping as many connections alive as the judge has
-        requests in flight. The SDKs keep 100; at a concurrency above that, every request
-        past the hundredth closed its connection when it finished and the next one opened
-        a new one (a TCP handshake, a DNS lookup in a thread): measured at concurrency 256
-        against a local server, that was most of the judge's CPU beyond the SDK's own."""
+        requests in flight. The SDKs keep 100: at a concurrency above that, a request past
+        the hundredth would close its connection when it finished and the next one open a
+        new one (a TCP and TLS handshake, a DNS lookup in a thread) against a provider that
+        answers slowly enough to keep that many in flight."""
         concurrency = self.config.concurrency
         return self.sdk.DefaultAsyncHttpxClient(limits=httpx2.Limits(
             max_connections=max(1000, concurrency), max_keepalive_connections=concurrency))
