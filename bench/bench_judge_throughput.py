@@ -51,6 +51,7 @@ from eval_pipeline.judges.base import ClipTask  # noqa: E402
 from eval_pipeline.judges.config import JudgeConfig  # noqa: E402
 from eval_pipeline.judges.requests import build_react_requests, build_request  # noqa: E402
 from eval_pipeline.judges.runner import JudgeJob, JudgeRuntime, run_judges  # noqa: E402
+from eval_pipeline.judges.schema import wire_schema  # noqa: E402
 from eval_pipeline.preprocess import PreprocessConfig  # noqa: E402
 from eval_pipeline.rubrics import ALL_EVALUATIONS  # noqa: E402
 from eval_pipeline.tool_registry import default_registry  # noqa: E402
@@ -143,26 +144,29 @@ async def judge_layer(url: str, tasks: list[ClipTask], concurrency: int) -> int:
     return result.summary.calls
 
 
-def all_requests(tasks: list[ClipTask]) -> list[tuple[str, str]]:
+def all_requests(tasks: list[ClipTask]) -> list[tuple[str, str, dict[str, Any]]]:
+    """The requests the judge layer sends: both prompts and the reply schema of each."""
     by: dict[str, list[ClipTask]] = defaultdict(list)
     for task in tasks:
         by[task.trajectory_id].append(task)
-    prompts = []
+    requests = []
     for trajectory in by.values():
-        prompts += [(r.system_prompt, r.user_prompt) for r in
-                    [build_request(t, "") for t in trajectory]
-                    + build_react_requests(trajectory)]
-    return prompts
+        requests += [(r.system_prompt, r.user_prompt, wire_schema(r.metrics, r.labels))
+                     for r in [build_request(t, "") for t in trajectory]
+                     + build_react_requests(trajectory)]
+    return requests
 
 
-async def bare_client(url: str, prompts: list[tuple[str, str]], concurrency: int) -> int:
+async def bare_client(url: str, requests: list[tuple[str, str, dict[str, Any]]],
+                      concurrency: int) -> int:
+    """The same requests (prompts and schema, temperature, max_tokens) through the same SDK
+    with a semaphore: what a script of a dozen lines gets from the provider."""
     from openai import AsyncOpenAI
 
     client = AsyncOpenAI(base_url=url, api_key="bench-key", max_retries=0, timeout=120)
     gate = asyncio.Semaphore(concurrency)
-    schema = {"type": "object", "properties": {"scores": {"type": "object"}}}
 
-    async def one(system: str, user: str) -> None:
+    async def one(system: str, user: str, schema: dict[str, Any]) -> None:
         async with gate:
             reply = await client.chat.completions.create(
                 model="bench-model", temperature=0.1, max_tokens=2000,
@@ -172,9 +176,9 @@ async def bare_client(url: str, prompts: list[tuple[str, str]], concurrency: int
                     "name": "clip_evaluation", "schema": schema, "strict": True}})
             json.loads(reply.choices[0].message.content or "{}")
 
-    await asyncio.gather(*(one(s, u) for s, u in prompts))
+    await asyncio.gather(*(one(*request) for request in requests))
     await client.close()
-    return len(prompts)
+    return len(requests)
 
 
 def chain_bound(tasks: list[ClipTask], requests: int, concurrency: int) -> float:
