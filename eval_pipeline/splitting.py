@@ -185,14 +185,10 @@ def _write_batches(drop: Path, out_dir: Path, split_size: int, format_name: str 
     try:
         manifests.extend(_split_lines(drop, out_dir, key_of, split_size, fingerprint))
     except CorruptInputError:
-        for manifest in manifests:
-            (out_dir / manifest.batch_file).unlink(missing_ok=True)
+        # The batches written so far and the one being written when the damage showed.
+        for index in range(1, len(manifests) + 2):
+            (out_dir / f"{key_of(index)}.jsonl").unlink(missing_ok=True)
         manifests.clear()
-        for index in range(1, sys.maxsize):  # the partly written batches of this drop
-            partial = out_dir / f"{key_of(index)}.jsonl"
-            if not partial.exists():
-                break
-            partial.unlink()
     if not manifests:  # damaged, or emptied since it was looked at
         copy_whole()
     return manifests
