@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pandas as pd
 
@@ -411,7 +411,7 @@ def write_batch_evaluated(summaries: pd.DataFrame, output: Path) -> list[Path]:
     return written
 
 
-def preprocessed_record(row: Mapping[str, object]) -> dict[str, object]:
+def preprocessed_record(row: Mapping[Any, Any]) -> dict[str, object]:
     """One line of the original's preprocessed JSONL: the input fields with the repaired
     ``raw_response``, ``preprocessing_notes`` when tags were repaired, and
     ``preprocessing_metadata`` (its four keys first, then ours: fixes, flags, notes)."""

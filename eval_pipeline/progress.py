@@ -62,7 +62,7 @@ class BarReporter(Reporter):
     judgments (as each judge's rows come back, across judges)."""
 
     def __init__(self, stream: TextIO) -> None:
-        from tqdm import tqdm
+        from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs pinned
 
         self._tqdm = tqdm
         self._stream = stream

@@ -142,13 +142,17 @@ def split_batch_folder(files: Sequence[Path], batches_dir: Path, group: str,
 
     def fill(out_dir: Path) -> None:
         for drop in files:
-            key = keys[drop]
             manifests.extend(_write_batches(drop, out_dir, sys.maxsize, format_for(drop),
-                                            lambda _index, key=key: key))
+                                            _always(keys[drop])))
         _write_manifests(out_dir, manifests)
 
     replace_folder(batches_dir / group, fill)
     return manifests
+
+
+def _always(key: str) -> Callable[[int], str]:
+    """The one key of a drop that is a single batch, whatever its index."""
+    return lambda _index: key
 
 
 def _write_manifests(out_dir: Path, manifests: Sequence[BatchManifest]) -> None:
