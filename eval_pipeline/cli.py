@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,8 +16,9 @@ from pathlib import Path
 import pandas as pd
 from pydantic import ValidationError
 
+from eval_pipeline import progress
 from eval_pipeline.ingest import ReadOptions
-from eval_pipeline.judges.config import JudgeConfig, load_judges
+from eval_pipeline.judges.config import JudgeConfig, load_judges, parse_judges
 from eval_pipeline.local_run import (
     PipelineInputError,
     check_judge_keys,
@@ -25,8 +27,10 @@ from eval_pipeline.local_run import (
     forget_batches,
     hide_beta_warnings,
     run_pipeline,
+    run_preprocess_only,
+    write_batch_evaluated,
 )
-from eval_pipeline.preprocess import PreprocessConfig
+from eval_pipeline.preprocess import PreprocessConfig, PreprocessStats
 from eval_pipeline.routing import (
     ARGUMENT_MODES,
     TRAJECTORY_MODES,
@@ -152,6 +156,113 @@ def failed_judges(tables: dict[str, pd.DataFrame], judges: Sequence[JudgeConfig]
     return lines
 
 
+def preprocessing_statistics(tables: dict[str, pd.DataFrame]) -> PreprocessStats:
+    """The original tool's PREPROCESSING STATISTICS figures, from this run's tables.
+
+    Total: the records that parsed (the quarantined ones never reached preprocessing, as
+    the original's loader never handed it a line it could not read); valid: the kept ones;
+    removed: ``preprocess_report`` by reason; format issues fixed: kept trajectories whose
+    tags were repaired (the original repairs only the samples that passed both filters).
+    """
+    kept = tables.get("preprocessed_trajectories", pd.DataFrame())
+    removed = tables.get("preprocess_report", pd.DataFrame())
+    raw = tables.get("raw_trajectories")
+    reasons = removed["reason"].value_counts() if len(removed) else pd.Series(dtype=int)
+    fixed = (int(kept["format_corrected"].fillna(False).astype(bool).sum())
+             if len(kept) and "format_corrected" in kept.columns else 0)
+    return PreprocessStats(
+        total=len(raw) if raw is not None else len(kept) + len(removed),
+        valid=len(kept),
+        removed_frequency=int(reasons.get("frequency", 0)),
+        removed_duplicates=int(reasons.get("duplicates", 0)),
+        format_issues_fixed=fixed,
+    )
+
+
+# The original tool's provider names that are presets here (its "google" is Gemini).
+PROVIDER_ALIASES = {"google": "gemini", "vertex_ai": "vertex"}
+_JUDGE_PROVIDERS = ("heuristic", "openai", "openai_compatible", "anthropic")
+
+
+def shortcut_entry(provider: str, model: str | None = None, api_key_env: str | None = None,
+                   base_url: str | None = None, batch_size: int | None = None,
+                   rate_limit: float | None = None) -> dict[str, object]:
+    """``--provider/--model/--api-key-env/...`` as the one entry of a judges file.
+
+    The original tool's ``--batch-size`` (concurrent evaluations) is ``concurrency``; its
+    ``--rate-limit`` (seconds between API requests) is ``requests_per_minute`` = 60 /
+    seconds (0: no pacing). A provider that is a preset here (deepseek, kimi, google ->
+    gemini, vertex_ai, vllm, ollama, llamacpp) becomes ``openai_compatible`` with that
+    preset, so its base URL, reply mode, prices and key variable are the preset's.
+    """
+    from eval_pipeline.judges.presets import PRESETS
+
+    wanted = provider.strip().lower()
+    preset = PROVIDER_ALIASES.get(wanted, wanted)
+    name = re.sub(r"[^a-z0-9_]+", "_", wanted).strip("_")
+    entry: dict[str, object] = {"name": name if re.match(r"^[a-z]", name) else f"judge_{name}"}
+    if preset in _JUDGE_PROVIDERS:
+        entry["provider"] = preset
+    elif preset in PRESETS:
+        entry["provider"] = "openai_compatible"
+        entry["preset"] = preset
+    else:
+        entry["provider"] = provider  # refused by validation, naming the known providers
+    optional = {"model": model, "api_key_env": api_key_env, "base_url": base_url,
+                "concurrency": batch_size,
+                "requests_per_minute": 60.0 / rate_limit if rate_limit else None}
+    entry.update({k: v for k, v in optional.items() if v is not None})
+    return entry
+
+
+def judges_from_args(args: argparse.Namespace) -> list[JudgeConfig]:
+    """The judges of this run: a judges file, the one-judge shortcut, or the heuristic.
+
+    The shortcut goes through the judges file's own validation (:func:`parse_judges`):
+    the same preset defaults, the same one-line errors, the same refusal of a key value.
+    """
+    pacing = [flag for flag, value in (("--batch-size", args.batch_size),
+                                       ("--rate-limit", args.rate_limit),
+                                       ("--model", args.model),
+                                       ("--api-key-env", args.api_key_env),
+                                       ("--base-url", args.base_url)) if value is not None]
+    if args.provider is None:
+        if pacing:
+            where = ("set them per judge in the judges file (concurrency, "
+                     "requests_per_minute, model, api_key_env, base_url)"
+                     if args.judges is not None else "add --provider NAME")
+            raise CliError(f"{', '.join(pacing)} configure the --provider judge; {where}")
+        if args.judges is not None and not args.judges.is_file():
+            raise CliError(f"judges file not found: {args.judges}")
+        try:
+            return load_judges(args.judges)
+        except (ValidationError, ValueError, OSError) as exc:
+            raise CliError(f"invalid judges file {args.judges}: {exc}") from exc
+    entry = shortcut_entry(args.provider, args.model, args.api_key_env, args.base_url,
+                           args.batch_size, args.rate_limit)
+    try:
+        return parse_judges({"judges": [entry]})
+    except ValueError as exc:
+        raise CliError(f"invalid --provider judge: {exc}") from exc
+
+
+class _RefuseKeyValue(argparse.Action):
+    """``--api-key VALUE`` (the original's flag) is refused without repeating the value:
+    a key on the command line lands in shell history and process listings."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        parser.error("--api-key is not accepted (the value is not shown): put the key in "
+                     "an environment variable and name it with --api-key-env NAME")
+
+
+def _seconds(value: str) -> float:
+    number = float(value)
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {value}")
+    return number
+
+
 def _positive(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -178,8 +289,35 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the instance's store of batch files and asset Parquet, shared "
                           "with the UI (default: $EVAL_PIPELINE_STORE, else the folder this "
                           "instance used last, else the project's data/)")
-    run.add_argument("--judges", type=Path, default=None,
-                     help="judges YAML file (default: the offline heuristic judge)")
+    judges = run.add_mutually_exclusive_group()
+    judges.add_argument("--judges", type=Path, default=None,
+                        help="judges YAML file (default: the offline heuristic judge)")
+    judges.add_argument("--provider", default=None,
+                        help="one judge without a judges file, as the original tool: "
+                        "openai, anthropic, google (Gemini), deepseek, kimi, vertex_ai, vllm, "
+                        "ollama, llamacpp, openai_compatible (with --base-url) or heuristic")
+    run.add_argument("--model", default=None,
+                     help="the --provider judge's model (default: the preset's)")
+    run.add_argument("--api-key-env", default=None, metavar="NAME",
+                     help="the environment variable holding the --provider judge's key "
+                     "(default: the preset's, e.g. OPENAI_API_KEY); never the key itself")
+    run.add_argument("--api-key", action=_RefuseKeyValue, help=argparse.SUPPRESS)
+    run.add_argument("--base-url", default=None,
+                     help="the --provider judge's endpoint (default: the preset's)")
+    run.add_argument("--batch-size", type=_positive, default=None, metavar="N",
+                     help="the --provider judge's concurrent requests (its concurrency; "
+                     "default 4)")
+    run.add_argument("--rate-limit", type=_seconds, default=None, metavar="SECONDS",
+                     help="seconds between the --provider judge's requests, as the original "
+                     "tool (requests_per_minute = 60 / SECONDS; default: no pacing)")
+    run.add_argument("--preprocess-only", action="store_true",
+                     help="only parse and preprocess: print the PREPROCESSING STATISTICS and "
+                     "write the kept records as JSONL (--output X.jsonl: that file; a folder: "
+                     "<drop>_preprocessed.jsonl per input)")
+    run.add_argument("--batch-folder", action="store_true",
+                     help="INPUT is a folder already split into batch files: each file is one "
+                     "batch named after it (not split again), results also per batch as "
+                     "<batch>_eva.jsonl")
     run.add_argument("--split-size", type=_positive, default=10,
                      help="records per batch (default 10)")
     run.add_argument("--beta-threshold", type=_non_negative, default=15,
@@ -206,7 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "one run per batch)")
     run.add_argument("--workers", type=_positive, default=1,
                      help="Dagster runs executed at once, each in its own process (default 1)")
-    run.add_argument("--verbose", "-v", action="store_true", help="show Dagster's run logs")
+    talk = run.add_mutually_exclusive_group()
+    talk.add_argument("--verbose", "-v", action="store_true", help="show Dagster's run logs")
+    talk.add_argument("--quiet", "-q", action="store_true",
+                      help="no progress lines or bars; the statistics, summary and errors "
+                      "still print")
     run.add_argument("--check-judges", action="store_true",
                      help="before any batch, send each LLM judge one 1-token request: an "
                      "unreachable base_url or a refused key stops the run in one line")
@@ -263,6 +405,22 @@ def check_endpoints(judges: Sequence[JudgeConfig]) -> None:
         raise CliError(str(exc)) from None
 
 
+def preprocess_only(args: argparse.Namespace, preprocess: PreprocessConfig,
+                    read: ReadOptions) -> int:
+    """``--preprocess-only``: the ingest assets through Dagster, the statistics block, the
+    preprocessed JSONL; no judge is built or called."""
+    with progress.using(progress.reporter_for(args.quiet)):
+        result = run_preprocess_only(args.input, args.output, args.split_size, preprocess,
+                                     read, "DEBUG" if args.verbose else "WARNING",
+                                     args.store, batch_folder=args.batch_folder)
+    print(preprocessing_statistics(result.tables).render())
+    kept = result.tables.get("preprocessed_trajectories", pd.DataFrame())
+    print(f"\nwrote {len(kept)} preprocessed records to "
+          f"{', '.join(str(p) for p in result.written)}")
+    print(f"store (batches, asset Parquet): {result.store.root}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "forget":
@@ -270,16 +428,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:
         hide_beta_warnings()
     try:
-        if args.judges is not None and not args.judges.is_file():
-            raise CliError(f"judges file not found: {args.judges}")
-        try:
-            judges = load_judges(args.judges)
-        except (ValidationError, ValueError, OSError) as exc:
-            raise CliError(f"invalid judges file {args.judges}: {exc}") from exc
+        judges = judges_from_args(args)
         preprocess = PreprocessConfig(beta_threshold=args.beta_threshold,
                                       frequency_filter=args.frequency_filter,
                                       duplicate_filter=args.duplicate_filter)
         read = read_options(args)
+        if args.preprocess_only:
+            return preprocess_only(args, preprocess, read)
         if args.check_judges:
             check_endpoints(judges)
         if args.dry_run:
@@ -289,18 +444,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(dry_run(collect_inputs(args.input), judges, preprocess=preprocess,
                           read=read).to_table())
             return 0
-        result = run_pipeline(args.input, args.output, judges, args.split_size,
-                              preprocess, read,
-                              "DEBUG" if args.verbose else "WARNING", args.workers,
-                              args.batches_per_run, args.store,
-                              routing={"routing_mode": args.routing_mode,
-                                       "routing_argument_mode": args.argument_mode})
+        with progress.using(progress.reporter_for(args.quiet)):
+            result = run_pipeline(args.input, args.output, judges, args.split_size,
+                                  preprocess, read,
+                                  "DEBUG" if args.verbose else "WARNING", args.workers,
+                                  args.batches_per_run, args.store,
+                                  routing={"routing_mode": args.routing_mode,
+                                           "routing_argument_mode": args.argument_mode},
+                                  batch_folder=args.batch_folder)
+        per_batch = (write_batch_evaluated(result.tables.get("trajectory_summaries",
+                                                             pd.DataFrame()), args.output)
+                     if args.batch_folder else [])
     except PipelineInputError as exc:
         print(f"eval-pipeline: error: {exc}", file=sys.stderr)
         return 1
     from tabulate import tabulate
 
     tables = result.tables
+    print(preprocessing_statistics(tables).render())
     lines = summary_lines(tables, len(result.batches), judges)
     failures = failed_judges(tables, judges)
     if failures:
@@ -309,6 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_routing_report(tables, args.output)
     print(f"\nwrote {args.output / 'evaluated.jsonl'} and "
           f"{len(tables)} asset tables to {args.output}/")
+    if per_batch:
+        print(f"per batch: {len(per_batch)} files <batch>_eva.jsonl in {args.output}/")
     print(f"store (batches, asset Parquet): {result.store.root}")
     print(f"Dagster instance: {os.environ['DAGSTER_HOME']} (open it from the project folder "
           f"with: DAGSTER_HOME={os.environ['DAGSTER_HOME']} dg dev)")

@@ -11,17 +11,17 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pandas as pd
 
+from eval_pipeline import progress
 from eval_pipeline.atomic import StoreBusyError, exclusive_store, write_atomic
 from eval_pipeline.exports import evaluated_record, write_exports
 from eval_pipeline.ingest import ReadOptions
@@ -32,6 +32,8 @@ from eval_pipeline.splitting import (
     DROP_SUFFIXES,
     MANIFEST_SUFFIX,
     BatchManifest,
+    partition_key_for,
+    split_batch_folder,
     split_drop,
     unique_bases,
 )
@@ -233,13 +235,16 @@ def _run_batches_in_worker(spec: BatchRunSpec, runs: list[list[str]]
     import dagster as dg
 
     job = spec.definitions().resolve_job_def("evaluate_batch")
+    shown = progress.current()  # in a worker process: the plain lines
+    shown.batches(planned=sum(len(batches) for batches in runs))
     with dg.DagsterInstance.get() as instance:
         for batches in runs:
             label = batches[0] if len(batches) == 1 else f"{batches[0]}...{batches[-1]}"
-            print(f"evaluating {len(batches)} batch(es) {label}", file=sys.stderr)
+            shown.note(f"evaluating {len(batches)} batch(es) {label}")
             error = _execute(job, instance, spec.run_config, batches)
             if error:
                 return label, error
+            shown.batches(done=len(batches))
     return None
 
 
@@ -248,7 +253,8 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
                  read: ReadOptions | None = None, log_level: str = "WARNING",
                  workers: int = 1, batches_per_run: int | None = None,
                  store: Path | None = None,
-                 routing: Mapping[str, str] | None = None) -> PipelineResult:
+                 routing: Mapping[str, str] | None = None,
+                 batch_folder: bool = False) -> PipelineResult:
     """Run every stage for every batch through Dagster and export the results.
 
     Batch files and asset Parquet go to the instance's store (``store``, else as
@@ -260,6 +266,8 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     recording into the same instance; they contend for its SQLite event log, so this pays
     off with slow (LLM) judges or a Postgres-backed instance. ``routing`` sets the
     ``pipeline`` resource's routing modes (``routing_mode``, ``routing_argument_mode``).
+    ``batch_folder``: ``input_path`` is a folder already split into batch files, each one
+    batch named after its file (see :func:`split_batch_folder_inputs`).
     """
     check_judge_keys(judges)
     where = resolve_store(store)
@@ -267,7 +275,8 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
         with exclusive_store(where.root):  # a second CLI run on the store is refused at once
             return _run_in_store(where, input_path, output, judges, split_size,
                                  preprocess or PreprocessConfig(), read or ReadOptions(),
-                                 log_level, workers, batches_per_run, routing or {})
+                                 log_level, workers, batches_per_run, routing or {},
+                                 batch_folder)
     except StoreBusyError as exc:
         raise PipelineInputError(str(exc)) from None
 
@@ -276,14 +285,16 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
                   judges: Sequence[JudgeConfig], split_size: int,
                   preprocess: PreprocessConfig, read: ReadOptions, log_level: str,
                   workers: int, batches_per_run: int | None,
-                  routing: Mapping[str, str]) -> PipelineResult:
+                  routing: Mapping[str, str], batch_folder: bool = False) -> PipelineResult:
     import dagster as dg
 
     from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION, batch_ranges
 
     inputs = collect_inputs(input_path, exclude=output)
     output.mkdir(parents=True, exist_ok=True)
-    manifests, dropped = split_inputs(inputs, where.batches, split_size, read)
+    manifests, dropped = (
+        split_batch_folder_inputs(input_path, inputs, where.batches, read) if batch_folder
+        else split_inputs(inputs, where.batches, split_size, read))
     record_store(ensure_dagster_home(), where)
     spec = BatchRunSpec(
         judges=tuple(judges),
@@ -347,3 +358,189 @@ def _first_failure(result) -> str:
         if event.is_step_failure and event.step_failure_data.error is not None:
             return event.step_failure_data.error.message.strip()
     return "unknown failure (see the run in the Dagster UI)"
+
+
+# -- the original tool's CLI modes: --batch-folder and --preprocess-only -------------------
+
+BATCH_FOLDER_GROUP_SUFFIX = ".batch_folder"
+"""Batch files of a ``--batch-folder`` input live in ``batches/<folder>.batch_folder/``:
+the dot keeps the group apart from every drop's folder (drop bases have no dots)."""
+INGEST_ASSETS = (("raw_trajectories",), ("quarantine",), ("preprocessed_trajectories",),
+                 ("preprocess_report",))
+"""What ``--preprocess-only`` materializes: parsing and the original's preprocessing."""
+PREPROCESSING_NOTE = "Format issues detected and corrected"
+"""The original tool's ``preprocessing_notes`` on a record whose tags it repaired."""
+
+
+def split_batch_folder_inputs(folder: Path, inputs: Sequence[Path], batches_dir: Path,
+                              read: ReadOptions) -> tuple[list[BatchManifest], list[str]]:
+    """``--batch-folder``: every file of an already-split folder (the original's
+    ``predemo02/demo0201.jsonl`` ...) is one batch named after the file, not split again;
+    and the keys this folder made before that it no longer makes.
+
+    A key that another drop's batches already use in the store is refused: the instance
+    would not know which batch file the partition means.
+    """
+    if not folder.is_dir():
+        raise PipelineInputError(f"--batch-folder needs a folder of batch files, got {folder}")
+    group = partition_key_for(folder.resolve().name) + BATCH_FOLDER_GROUP_SUFFIX
+    keys = unique_bases(list(inputs))
+    for drop, key in keys.items():
+        elsewhere = sorted(m for m in batches_dir.glob(f"*/{key}.*{MANIFEST_SUFFIX}")
+                           if m.parent.name != group and not m.parent.name.startswith("."))
+        if elsewhere:
+            raise PipelineInputError(
+                f"batch {key!r} (from {drop.name}) already exists in the store as "
+                f"{elsewhere[0].parent / elsewhere[0].name.removesuffix(MANIFEST_SUFFIX)}; "
+                "use another --store for this folder")
+    before = {m.name.split(".")[0] for m in (batches_dir / group).glob(f"*{MANIFEST_SUFFIX}")}
+    manifests = split_batch_folder(inputs, batches_dir, group, keys, read.format_for)
+    return manifests, sorted(before - {m.partition_key for m in manifests})
+
+
+def write_batch_evaluated(summaries: pd.DataFrame, output: Path) -> list[Path]:
+    """``--batch-folder``'s per-file results, as the original names them:
+    ``demo0201_eva.jsonl`` for batch ``demo0201`` (besides ``evaluated.jsonl``)."""
+    written: list[Path] = []
+    if not len(summaries):
+        return written
+    for batch, frame in summaries.groupby("batch", sort=True):
+        path = output / f"{batch}_eva.jsonl"
+        write_evaluated(frame, path)
+        written.append(path)
+    return written
+
+
+def preprocessed_record(row: Mapping[Any, Any]) -> dict[str, object]:
+    """One line of the original's preprocessed JSONL: the input fields with the repaired
+    ``raw_response``, ``preprocessing_notes`` when tags were repaired, and
+    ``preprocessing_metadata`` (its four keys first, then ours: fixes, flags, notes)."""
+    record: dict[str, object] = {
+        k: (None if isinstance(v, float) and pd.isna(v) else v)
+        for k in EVALUATED_FIELDS for v in [row.get(k)]}
+    if bool(row.get("format_corrected")):
+        record["preprocessing_notes"] = PREPROCESSING_NOTE
+    record["preprocessing_metadata"] = json.loads(str(row["preprocessing_metadata"]))
+    return record
+
+
+def write_preprocessed(kept: pd.DataFrame, path: Path) -> int:
+    """Kept trajectories in input order (batch, then line), one JSON record a line."""
+    ordered = kept.sort_values(["batch", "source_line"]) if len(kept) else kept
+
+    def write(fh: BinaryIO) -> None:
+        for row in ordered.to_dict("records"):
+            line = json.dumps(preprocessed_record(row), ensure_ascii=False)
+            fh.write((line + "\n").encode("utf-8"))
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, write)
+    return len(ordered)
+
+
+@dataclass(frozen=True)
+class PreprocessResult:
+    tables: dict[str, pd.DataFrame]
+    """The ingest assets of this run's batches, by name."""
+    batches: list[str]
+    written: list[Path]
+    """The preprocessed JSONL file(s)."""
+    store: Store
+
+
+def run_preprocess_only(input_path: Path, output: Path, split_size: int = 10,
+                        preprocess: PreprocessConfig | None = None,
+                        read: ReadOptions | None = None, log_level: str = "WARNING",
+                        store: Path | None = None, batch_folder: bool = False
+                        ) -> PreprocessResult:
+    """``--preprocess-only``: materialize only the ingest assets (parse, quarantine,
+    preprocess, report) of every batch, in one Dagster run of the batch job, and write the
+    kept trajectories as the original's preprocessed JSONL.
+
+    ``output`` ending in ``.jsonl`` is that one file (the original's ``--output
+    data/preprocessed.jsonl``); otherwise a folder receiving ``<drop>_preprocessed.jsonl``
+    per input (the original's ``demo02.jsonl`` -> ``demo02_preprocessed.jsonl``) and one
+    Parquet per ingest asset. The batches stay in the store, so a later full run on the
+    same input re-materializes only what comes after preprocessing.
+    """
+    where = resolve_store(store)
+    preprocess, read = preprocess or PreprocessConfig(), read or ReadOptions()
+    one_file = output.suffix.lower() == ".jsonl"
+    try:
+        with exclusive_store(where.root):
+            return _preprocess_in_store(where, input_path, output, one_file, split_size,
+                                        preprocess, read, log_level, batch_folder)
+    except StoreBusyError as exc:
+        raise PipelineInputError(str(exc)) from None
+
+
+def _preprocess_in_store(where: Store, input_path: Path, output: Path, one_file: bool,
+                         split_size: int, preprocess: PreprocessConfig, read: ReadOptions,
+                         log_level: str, batch_folder: bool) -> PreprocessResult:
+    import dagster as dg
+
+    from eval_pipeline.defs.pipeline.partitions import (
+        BATCHES_PARTITION,
+        batch_ranges,
+        range_tags,
+    )
+    from eval_pipeline.judges.config import DEFAULT_JUDGES
+
+    inputs = collect_inputs(input_path, exclude=output)  # the output file too
+    if batch_folder:
+        manifests, dropped = split_batch_folder_inputs(input_path, inputs, where.batches, read)
+        names = {m.partition_key: m.partition_key for m in manifests}
+    else:
+        manifests, dropped = split_inputs(inputs, where.batches, split_size, read)
+        bases = {str(d.resolve()): b for d, b in unique_bases(list(inputs)).items()}
+        names = {m.partition_key: bases[m.drop_file] for m in manifests}
+    record_store(ensure_dagster_home(), where)
+    spec = BatchRunSpec(
+        judges=tuple(DEFAULT_JUDGES),  # not materialized: the selection stops at preprocessing
+        pipeline={"batches_dir": str(where.batches), "incoming_dir": str(where.incoming),
+                  "split_size": split_size, **read.model_dump(), **preprocess.model_dump()},
+        assets_dir=str(where.assets), log_level=log_level)
+    keys = [m.partition_key for m in manifests]
+    forget_batches(dropped)
+    job = spec.definitions().resolve_job_def("evaluate_batch")
+    shown = progress.current()
+    with dg.DagsterInstance.get() as instance:
+        known = set(instance.get_dynamic_partitions(BATCHES_PARTITION))
+        instance.add_dynamic_partitions(BATCHES_PARTITION, [k for k in keys if k not in known])
+        ordered = instance.get_dynamic_partitions(BATCHES_PARTITION)
+        runs = batch_ranges(keys, ordered, None)
+        shown.batches(planned=len(keys))
+        for batches in runs:
+            shown.note(f"preprocessing {len(batches)} batch(es) {batches[0]}...{batches[-1]}")
+            result = job.execute_in_process(
+                instance=instance, run_config=spec.run_config, raise_on_error=False,
+                asset_selection=[dg.AssetKey(list(path)) for path in INGEST_ASSETS],
+                tags={"eval_pipeline/source": "cli", **range_tags(batches)})
+            if not result.success:
+                raise PipelineInputError(f"preprocessing {batches[0]}...{batches[-1]} "
+                                         f"failed: {_first_failure(result)}")
+            shown.batches(done=len(batches))
+    tables: dict[str, pd.DataFrame] = {}
+    for path in INGEST_ASSETS:
+        files = [where.assets.joinpath(*path, f"{key}.parquet") for key in keys]
+        frames = [pd.read_parquet(f) for f in files if f.exists()]
+        nonempty = [f for f in frames if len(f)]
+        if frames:
+            tables["__".join(path)] = (pd.concat(nonempty, ignore_index=True) if nonempty
+                                       else frames[0])
+    kept = tables.get("preprocessed_trajectories", pd.DataFrame())
+    written: list[Path] = []
+    if one_file:
+        write_preprocessed(kept, output)
+        written.append(output)
+    else:
+        output.mkdir(parents=True, exist_ok=True)
+        for name, table in tables.items():
+            write_atomic(output / f"{name}.parquet", partial(table.to_parquet, index=False))
+        for base in dict.fromkeys(names[k] for k in keys):
+            mine = [k for k in keys if names[k] == base]
+            part = kept[kept["batch"].isin(mine)] if len(kept) else kept
+            write_preprocessed(part, output / f"{base}_preprocessed.jsonl")
+            written.append(output / f"{base}_preprocessed.jsonl")
+    return PreprocessResult(tables, keys, written, where)
+

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -113,39 +114,15 @@ def split_drop(drop: Path, batches_dir: Path, split_size: int,
     is (the parser decodes it). A gzip stream found damaged while splitting is one batch
     too, whose parse quarantines it as ``corrupt_gzip``: none of it is trusted.
     """
-    from eval_pipeline.formats import splittable_by_line
-
     if split_size < 1:
         raise ValueError(f"split_size must be at least 1, got {split_size}")
     base = partition_key_for(base or drop_stem(drop))
-    fingerprint = drop_fingerprint(drop)
     manifests: list[BatchManifest] = []
 
-    def copy_whole(out_dir: Path) -> None:
-        key = f"{base}01"
-        target = out_dir / f"{key}{_copy_suffix(drop)}"
-        shutil.copyfile(drop, target)
-        manifests.append(BatchManifest(partition_key=key, drop_file=str(drop.resolve()),
-                                       batch_file=target.name, fingerprint=fingerprint))
-
     def fill(out_dir: Path) -> None:
-        if (data_suffix(drop) not in LINE_SPLIT_SUFFIXES
-                or not splittable_by_line(drop, format_name)
-                or not _reads_as_json_lines(drop)):
-            copy_whole(out_dir)
-        else:
-            try:
-                manifests.extend(_split_lines(drop, out_dir, base, split_size, fingerprint))
-            except CorruptInputError:
-                manifests.clear()
-                for written in out_dir.iterdir():
-                    written.unlink()
-            if not manifests:  # damaged, or emptied since it was looked at
-                copy_whole(out_dir)
-        for manifest in manifests:
-            (out_dir / (manifest.batch_file + MANIFEST_SUFFIX)).write_text(
-                manifest.model_dump_json(indent=2), "utf-8"
-            )
+        manifests.extend(_write_batches(drop, out_dir, split_size, format_name,
+                                        lambda index: f"{base}{index:02d}"))
+        _write_manifests(out_dir, manifests)
 
     # The drop's batches replace its earlier ones at once: a run reading them meanwhile
     # (the UI's, or the sensor's split beside it) sees the old set or the new, whole.
@@ -153,8 +130,76 @@ def split_drop(drop: Path, batches_dir: Path, split_size: int,
     return manifests
 
 
-def _split_lines(drop: Path, out_dir: Path, base: str, split_size: int, fingerprint: str
-                 ) -> Iterator[BatchManifest]:
+def split_batch_folder(files: Sequence[Path], batches_dir: Path, group: str,
+                       keys: Mapping[Path, str],
+                       format_for: Callable[[Path], str | None]) -> list[BatchManifest]:
+    """Each file of an already-split folder becomes one batch named ``keys[file]``
+    (``demo0201.jsonl`` stays batch ``demo0201``), as the original tool's ``--batch-folder``
+    evaluates the files of a folder its preprocessing split. Nothing is re-split; the
+    batches go to ``batches_dir/group`` and replace that group's earlier ones at once.
+    """
+    manifests: list[BatchManifest] = []
+
+    def fill(out_dir: Path) -> None:
+        for drop in files:
+            manifests.extend(_write_batches(drop, out_dir, sys.maxsize, format_for(drop),
+                                            _always(keys[drop])))
+        _write_manifests(out_dir, manifests)
+
+    replace_folder(batches_dir / group, fill)
+    return manifests
+
+
+def _always(key: str) -> Callable[[int], str]:
+    """The one key of a drop that is a single batch, whatever its index."""
+    return lambda _index: key
+
+
+def _write_manifests(out_dir: Path, manifests: Sequence[BatchManifest]) -> None:
+    for manifest in manifests:
+        (out_dir / (manifest.batch_file + MANIFEST_SUFFIX)).write_text(
+            manifest.model_dump_json(indent=2), "utf-8"
+        )
+
+
+def _write_batches(drop: Path, out_dir: Path, split_size: int, format_name: str | None,
+                   key_of: Callable[[int], str]) -> list[BatchManifest]:
+    """The batch files of one drop in ``out_dir``, batch ``i`` (from 1) named ``key_of(i)``.
+
+    JSONL files (also gzip-compressed or UTF-16) are split by non-blank lines; anything
+    else, and a gzip stream found damaged, is one batch holding a copy of the drop.
+    """
+    from eval_pipeline.formats import splittable_by_line
+
+    fingerprint = drop_fingerprint(drop)
+    manifests: list[BatchManifest] = []
+
+    def copy_whole() -> None:
+        key = key_of(1)
+        target = out_dir / f"{key}{_copy_suffix(drop)}"
+        shutil.copyfile(drop, target)
+        manifests.append(BatchManifest(partition_key=key, drop_file=str(drop.resolve()),
+                                       batch_file=target.name, fingerprint=fingerprint))
+
+    if (data_suffix(drop) not in LINE_SPLIT_SUFFIXES
+            or not splittable_by_line(drop, format_name)
+            or not _reads_as_json_lines(drop)):
+        copy_whole()
+        return manifests
+    try:
+        manifests.extend(_split_lines(drop, out_dir, key_of, split_size, fingerprint))
+    except CorruptInputError:
+        # The batches written so far and the one being written when the damage showed.
+        for index in range(1, len(manifests) + 2):
+            (out_dir / f"{key_of(index)}.jsonl").unlink(missing_ok=True)
+        manifests.clear()
+    if not manifests:  # damaged, or emptied since it was looked at
+        copy_whole()
+    return manifests
+
+
+def _split_lines(drop: Path, out_dir: Path, key_of: Callable[[int], str], split_size: int,
+                 fingerprint: str) -> Iterator[BatchManifest]:
     """Stream the drop into batch files: memory holds one line, never the drop.
 
     Raises CorruptInputError when gzip data turns out damaged (batches written so far stay
@@ -169,23 +214,21 @@ def _split_lines(drop: Path, out_dir: Path, base: str, split_size: int, fingerpr
                     continue
                 if out is None:
                     index += 1
-                    out = (out_dir / f"{base}{index:02d}.jsonl").open("wb")
+                    out = (out_dir / f"{key_of(index)}.jsonl").open("wb")
                 out.write(raw if raw.endswith(b"\n") else raw + b"\n")
                 lines.append(lineno)
                 if len(lines) == split_size:
                     out.close()
-                    yield _manifest(base, index, drop_file, lines, fingerprint)
+                    yield _manifest(key_of(index), drop_file, lines, fingerprint)
                     out, lines = None, []
     finally:
         if out is not None:
             out.close()
     if lines:
-        yield _manifest(base, index, drop_file, lines, fingerprint)
+        yield _manifest(key_of(index), drop_file, lines, fingerprint)
 
 
-def _manifest(base: str, index: int, drop_file: str, lines: list[int], fingerprint: str
-              ) -> BatchManifest:
-    key = f"{base}{index:02d}"
+def _manifest(key: str, drop_file: str, lines: list[int], fingerprint: str) -> BatchManifest:
     return BatchManifest(partition_key=key, drop_file=drop_file, batch_file=f"{key}.jsonl",
                          lines=lines, fingerprint=fingerprint)
 

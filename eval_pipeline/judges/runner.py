@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,12 +61,15 @@ class JudgeJob:
     """One judge's share of a run: the judge, its per-run machinery, what it evaluates.
 
     ``close``: close the judge's client when its run ends (the job owns the judge).
+    ``progress``: told ``(0, planned)`` once the judgments are known, then ``(1, 0)`` as
+    each row is done, so a progress bar can follow a long run; None costs nothing.
     """
 
     judge: Judge
     runtime: JudgeRuntime = field(default_factory=JudgeRuntime)
     evaluations: Sequence[str] = ALL_EVALUATIONS
     close: bool = True
+    progress: Callable[[int, int], None] | None = None
 
 
 @dataclass
@@ -84,7 +87,8 @@ class JudgeRunResult:
     lowest_concurrency: int | None = None  # the adaptive limit's lowest point, after 429s
 
 
-async def _judge_chain(judge: Judge, tasks: list[ClipTask], runtime: JudgeRuntime
+async def _judge_chain(judge: Judge, tasks: list[ClipTask], runtime: JudgeRuntime,
+                       progress: Callable[[int, int], None] | None = None
                        ) -> list[JudgmentRow]:
     """A trajectory's clips in order, each prompt carrying the earlier clips' summaries.
 
@@ -99,14 +103,20 @@ async def _judge_chain(judge: Judge, tasks: list[ClipTask], runtime: JudgeRuntim
         row = await judge_one(judge, build_request(task, context), runtime,
                               priority=-(len(ordered) - done), context_dropped=dropped)
         rows.append(row)
+        if progress is not None:
+            progress(1, 0)
         if row.success and row.summary:
             summaries.append(row.summary)
     return rows
 
 
-async def _judge_single(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime
+async def _judge_single(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime,
+                        progress: Callable[[int, int], None] | None = None
                         ) -> list[JudgmentRow]:
-    return [await judge_one(judge, request, runtime, priority=-1)]
+    row = await judge_one(judge, request, runtime, priority=-1)
+    if progress is not None:
+        progress(1, 0)
+    return [row]
 
 
 async def _close(judge: Judge) -> None:
@@ -135,9 +145,11 @@ async def run_job(job: JudgeJob, tasks: Sequence[ClipTask], concurrency: int = 4
     for trajectory in by_trajectory.values():
         if EVAL_KIND_CLIP in kinds:
             units.append((len(trajectory), len(units),
-                          _judge_chain(judge, trajectory, runtime)))
+                          _judge_chain(judge, trajectory, runtime, job.progress)))
         for request in build_react_requests(trajectory, job.evaluations):
-            units.append((1, len(units), _judge_single(judge, request, runtime)))
+            units.append((1, len(units), _judge_single(judge, request, runtime, job.progress)))
+    if job.progress is not None:
+        job.progress(0, sum(size for size, _, _ in units))
     # Started longest first: the first requests take free slots without queueing, so the
     # start order is the priority order there.
     units.sort(key=lambda unit: (-unit[0], unit[1]))

@@ -16,6 +16,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from eval_pipeline import progress
 from eval_pipeline.judges import make_judge
 from eval_pipeline.judges.base import Judge
 from eval_pipeline.judges.cache import JudgeCache, default_cache_path
@@ -36,7 +37,6 @@ from eval_pipeline.judges.runner import (
     JudgeRuntime,
     JudgmentRow,
     run_job,
-    run_judge,
 )
 from eval_pipeline.rubrics import EVAL_KIND_CLIP
 
@@ -151,8 +151,10 @@ class LLMJudgeResource(dg.ConfigurableResource):
             identity = {"judge": judge.name, "provider": judge.provider, "model": judge.model}
             cache = self.open_cache()
             try:
-                rows = await run_judge(judge, tasks, config.concurrency, self.runtime(cache),
-                                       evaluations=config.evaluations)
+                # The CLI's progress bar counts the judgments as they come back.
+                job = JudgeJob(judge, self.runtime(cache), config.evaluations,
+                               progress=progress.current().judgment_callback())
+                rows = (await run_job(job, tasks, config.concurrency)).rows
             finally:
                 if cache is not None:
                     cache.close()
