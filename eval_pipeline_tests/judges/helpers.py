@@ -61,3 +61,12 @@ def run(config: JudgeConfig, tasks: Sequence[ClipTask], *, cache: JudgeCache | N
 
 def scores_of(row: JudgmentRow) -> dict[str, float]:
     return json.loads(row.scores)
+
+
+def write_one_judge_file(path: Any, server: Any, key_env: str, concurrency: int) -> Any:
+    """A judges file with one ``openai`` judge on ``server``: what the crash tests run."""
+    path.write_text(
+        "judges:\n  - name: gpt\n    provider: openai\n    model: gpt-4.1-mini\n"
+        f"    base_url: {server.base_url}\n    api_key_env: {key_env}\n"
+        f"    concurrency: {concurrency}\n", "utf-8")
+    return path

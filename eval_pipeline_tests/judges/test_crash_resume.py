@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from eval_pipeline_tests.judges.fake_servers import FakeLLMServer
+from eval_pipeline_tests.judges.helpers import write_one_judge_file
 
 KEY_ENV = "CRASH_TEST_KEY"
 CONCURRENCY = 2
@@ -46,11 +47,7 @@ def _scores(out: Path) -> pd.DataFrame:
 def test_a_killed_run_resumes_without_repeating_cached_calls(project_root, tmp_path):
     server = FakeLLMServer("openai", latency_s=0.05).start()
     try:
-        judges = tmp_path / "judges.yaml"
-        judges.write_text(
-            "judges:\n  - name: gpt\n    provider: openai\n    model: gpt-4.1-mini\n"
-            f"    base_url: {server.base_url}\n    api_key_env: {KEY_ENV}\n"
-            f"    concurrency: {CONCURRENCY}\n", "utf-8")
+        judges = write_one_judge_file(tmp_path / "judges.yaml", server, KEY_ENV, CONCURRENCY)
 
         # An uninterrupted run in its own store and instance: what the outputs must be.
         clean = tmp_path / "clean"

@@ -27,6 +27,7 @@ from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION
 from eval_pipeline.local_run import ensure_dagster_home
 from eval_pipeline.splitting import split_drop
 from eval_pipeline_tests.judges.fake_servers import FakeLLMServer
+from eval_pipeline_tests.judges.helpers import write_one_judge_file
 
 KEY_ENV = "UI_CRASH_TEST_KEY"
 CONCURRENCY = 2
@@ -102,11 +103,7 @@ def test_a_killed_ui_run_resumes_without_repeating_cached_calls(project_root, tm
                                                                 monkeypatch):
     server = FakeLLMServer("openai", latency_s=0.05).start()
     try:
-        judges = tmp_path / "judges.yaml"
-        judges.write_text(
-            "judges:\n  - name: gpt\n    provider: openai\n    model: gpt-4.1-mini\n"
-            f"    base_url: {server.base_url}\n    api_key_env: {KEY_ENV}\n"
-            f"    concurrency: {CONCURRENCY}\n", "utf-8")
+        judges = write_one_judge_file(tmp_path / "judges.yaml", server, KEY_ENV, CONCURRENCY)
 
         # An uninterrupted run on its own instance and store: what the outputs must be.
         clean = tmp_path / "clean"
