@@ -83,7 +83,11 @@ def segment(text: str, steps: Sequence[Step]) -> list[Clip]:
         clips.append(_clip(len(clips), text, steps, first, end_step + 1, clip_start, end, step))
         clip_start, first = end, end_step + 1
         i = end_step + 1
-    if text[clip_start:].strip() or first < len(steps):
+    # Every trajectory closes with a ``final`` clip, scored on task completion. One that
+    # stopped right after a tool result (its step limit, a crash) gets an empty one: the
+    # original tool made none, so a run that never answered went without the clip that
+    # says so.
+    if text[clip_start:].strip() or first < len(steps) or clips:
         clips.append(_clip(len(clips), text, steps, first, len(steps), clip_start, len(text),
                            None))
     return clips

@@ -101,16 +101,26 @@ def fence(text: str) -> str:
     return f"<{tag}>\n{text}\n</{tag}>"
 
 
+NO_FINAL_ANSWER: Final = (
+    "(none: the trajectory ended after its last tool result without a final answer. Score "
+    "task completion and the other criteria on what the earlier clips achieved.)")
+
+
 def render_clip_prompt(
     *, tool_type: str, task_description: str, previous_context: str, clip_content: str
 ) -> tuple[str, str]:
-    """Return (system, user) prompts for scoring one clip on its tool type's rubric."""
+    """Return (system, user) prompts for scoring one clip on its tool type's rubric.
+
+    The closing clip of a run that stopped without answering is empty: the prompt says so
+    in our words, outside any data block, so the judge scores task completion on what the
+    earlier clips (its context) achieved instead of guessing at an empty block."""
     rubric = rubric_for(tool_type)
+    no_answer = tool_type == "final" and not clip_content.strip()
     user = template("clip").format(
         rubric_title=rubric.title,
         task_description=fence(task_description),
         previous_context=fence(previous_context or "(none)"),
-        clip_content=fence(clip_content),
+        clip_content=NO_FINAL_ANSWER if no_answer else fence(clip_content),
         tool_type=tool_type,
         criteria=rubric.criteria_text(),
         json_example=rubric.json_example(),
