@@ -163,3 +163,43 @@ def test_one_judge_without_labels_has_nothing_to_compare():
     trajectories = pd.DataFrame({"trajectory_id": ["t1"], "task_id": ["q"]})
     agreement, listed = build_agreement("b", {"a": a}, clips, trajectories)
     assert agreement.empty and listed.empty
+
+
+@pytest.mark.slow
+def test_cli_writes_agreement_with_the_report_figures(corpora_dir, tmp_path, monkeypatch):
+    """AgentProcessBench through the CLI: judge_agreement's AUCs and counts for the one
+    judge are the report's (computed independently from the averaged scores), and every
+    listed disagreement is a decision that is not the human's."""
+    from eval_pipeline.cli import main
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    lines = (corpora_dir / "agentprocessbench" / "hotpotqa.jsonl").read_text(
+        "utf-8").splitlines()[:20]
+    drop = tmp_path / "apb.jsonl"
+    drop.write_text("\n".join(lines) + "\n", "utf-8")
+    out = tmp_path / "out"
+    assert main(["run", str(drop), "--output", str(out), "--split-size", "20",
+                 "--disagreement-threshold", "0.3"]) == 0
+    agreement = pd.read_parquet(out / "judge_agreement.parquet")
+    listed = pd.read_parquet(out / "judge_disagreements.parquet")
+    report = pd.read_parquet(out / "evaluation_report.parquet").set_index("batch")
+    averaged = pd.read_parquet(out / "averaged_scores.parquet")
+
+    assert not averaged["disagreement"].any()  # one judge never disagrees with itself
+    assert set(agreement["comparison"]) == {"step_label", "outcome"}
+    by = agreement.set_index("comparison")
+    for comparison, prefix in (("step_label", "step"), ("outcome", "outcome")):
+        row = by.loc[comparison]
+        assert row["judge"] == "heuristic"
+        assert row["items"] == report.loc["ALL", f"{prefix}_labelled"] > 0
+        assert row["auc"] == pytest.approx(report.loc["ALL", f"{comparison}_auc"])
+        confusion = (row["true_positive"] + row["false_positive"] + row["false_negative"]
+                     + row["true_negative"])
+        assert confusion == row["items"]
+        assert row["accuracy"] == pytest.approx(
+            (row["true_positive"] + row["true_negative"]) / row["items"])
+        mine = listed[listed["comparison"] == comparison]
+        assert len(mine) == row["disagreements"] == row["false_positive"] + row[
+            "false_negative"]
+        for human, score in zip(mine["human_label"], mine["judge_score"], strict=True):
+            assert (human > 0) != passes(score)
