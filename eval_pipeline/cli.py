@@ -339,6 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--argument-mode", choices=list(ARGUMENT_MODES), default="exact",
                      help="routing checks' argument match mode, as agentevals (default "
                      "exact); a case's argument_mode overrides it")
+    run.add_argument("--disagreement-threshold", type=float, default=0.5, metavar="X",
+                     help="judges whose scores for a clip differ by more than X disagree "
+                     "(flagged in averaged_scores, listed in judge_disagreements)")
     run.add_argument("--batches-per-run", type=_positive, default=None, metavar="N",
                      help="batches per Dagster run (default: all batches in one run; 1 gives "
                      "one run per batch)")
@@ -450,7 +453,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   "DEBUG" if args.verbose else "WARNING", args.workers,
                                   args.batches_per_run, args.store,
                                   routing={"routing_mode": args.routing_mode,
-                                           "routing_argument_mode": args.argument_mode},
+                                           "routing_argument_mode": args.argument_mode,
+                                           "disagreement_threshold":
+                                               args.disagreement_threshold},
                                   batch_folder=args.batch_folder)
         per_batch = (write_batch_evaluated(result.tables.get("trajectory_summaries",
                                                              pd.DataFrame()), args.output)

@@ -253,7 +253,7 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
                  read: ReadOptions | None = None, log_level: str = "WARNING",
                  workers: int = 1, batches_per_run: int | None = None,
                  store: Path | None = None,
-                 routing: Mapping[str, str] | None = None,
+                 routing: Mapping[str, object] | None = None,
                  batch_folder: bool = False) -> PipelineResult:
     """Run every stage for every batch through Dagster and export the results.
 
@@ -265,7 +265,8 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     shared by its batches. With ``workers > 1`` the runs are spread over that many processes
     recording into the same instance; they contend for its SQLite event log, so this pays
     off with slow (LLM) judges or a Postgres-backed instance. ``routing`` sets the
-    ``pipeline`` resource's routing modes (``routing_mode``, ``routing_argument_mode``).
+    ``pipeline`` resource's routing modes (``routing_mode``, ``routing_argument_mode``) and
+    any other of its settings passed along (``disagreement_threshold``).
     ``batch_folder``: ``input_path`` is a folder already split into batch files, each one
     batch named after its file (see :func:`split_batch_folder_inputs`).
     """
@@ -285,7 +286,8 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
                   judges: Sequence[JudgeConfig], split_size: int,
                   preprocess: PreprocessConfig, read: ReadOptions, log_level: str,
                   workers: int, batches_per_run: int | None,
-                  routing: Mapping[str, str], batch_folder: bool = False) -> PipelineResult:
+                  routing: Mapping[str, object], batch_folder: bool = False
+                  ) -> PipelineResult:
     import dagster as dg
 
     from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION, batch_ranges

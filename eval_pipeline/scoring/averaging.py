@@ -32,7 +32,7 @@ from eval_pipeline.rubrics import REACT_EVALUATIONS
 AVERAGED_COLUMNS = [
     "trajectory_id", "clip_index", "evaluation_kind", "tool_type", "status", "scores",
     "mean_score", "n_judges", "n_judges_succeeded", "judges", "spread", "summary", "reasoning",
-    "errors", "label", "label_counts",
+    "errors", "label", "label_counts", "disagreement",
 ]
 _KEYS = ["trajectory_id", "clip_index", "evaluation_kind"]
 
@@ -98,8 +98,14 @@ def _column(table: pd.DataFrame, name: str, n: int) -> list[Any]:
     return table[name].tolist() if name in table.columns else [None] * n
 
 
-def average_judgments(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+def average_judgments(judgments: Mapping[str, pd.DataFrame],
+                      disagreement_threshold: float | None = None) -> pd.DataFrame:
     """One row per (trajectory, clip, evaluation kind) with the judges' mean per metric.
+
+    ``disagreement``: two or more judges succeeded and their ``spread`` (the largest
+    max - min over the judges, across the metrics) exceeds ``disagreement_threshold``; a
+    mean over judges that contradict each other is worth a look before it is trusted.
+    Never set without a threshold.
 
     Groups come out in the order they first appear (judges in the mapping's order, rows in
     table order), and each group's rows keep that order, so combined texts read the same
@@ -160,8 +166,10 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         out["n_judges"].append(stop - start)
         out["n_judges_succeeded"].append(len(ok))
         out["judges"].append(judges_json[names])
-        out["spread"].append(max(max(v) - min(v) for v in per_metric.values())
-                             if means else None)
+        spread = max(max(v) - min(v) for v in per_metric.values()) if means else None
+        out["spread"].append(spread)
+        out["disagreement"].append(disagreement_threshold is not None and len(ok) >= 2
+                                   and spread is not None and spread > disagreement_threshold)
         out["summary"].append(_combined([summaries[i] for i in ok], combined))
         out["reasoning"].append(_combined([reasonings[i] for i in ok], combined))
         failures = [f"{judges[i]}: {errors[i]}" for i in range(start, stop)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
+from eval_pipeline.defs.pipeline.assets.agreement import build_agreement_assets
 from eval_pipeline.defs.pipeline.assets.ingest import (
     clips,
     preprocessed_trajectories,
@@ -47,6 +48,7 @@ def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
         build_judgments_asset(judges),
         build_averaged_scores_asset(judges),
         *build_summary_assets(judges),
+        build_agreement_assets(judges),
     ]
 
 

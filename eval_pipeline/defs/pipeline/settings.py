@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from eval_pipeline.agreement_report import DEFAULT_DISAGREEMENT_THRESHOLD
 from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.preprocess import FilterMode, PreprocessConfig
 from eval_pipeline.routing import ArgumentMode, TrajectoryMode
@@ -33,6 +34,9 @@ class PipelineSettings(dg.ConfigurableResource):
     """Per-file format: glob on the drop's name or path -> format name."""
     tools_file: str | None = None
     """A tools.yaml (tag/name -> tool type) replacing the packaged registry."""
+    disagreement_threshold: float = Field(default=DEFAULT_DISAGREEMENT_THRESHOLD, ge=0.0)
+    """Judges whose scores for a clip differ by more than this (max - min, 0..1 scale)
+    disagree: flagged in averaged_scores and listed in judge_disagreements."""
     routing_mode: TrajectoryMode = "superset"
     """Trajectory match mode, as LangChain agentevals: superset (every expected call was
     made; before #13 this was called subset), unordered (exactly the expected calls, any

@@ -19,6 +19,7 @@ from eval_pipeline import ingest
 from eval_pipeline.defs.pipeline.assets.metadata import metric_means, per_batch_output, preview
 from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.defs.pipeline.resources import JudgeOutcome
+from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.judges.base import ClipTask
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
@@ -202,10 +203,12 @@ def build_averaged_scores_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefi
         kinds={"pandas", "parquet"},
         code_version=source_version("eval_pipeline.scoring.averaging"),
     )
-    def averaged_scores(context: dg.AssetExecutionContext,
+    def averaged_scores(context: dg.AssetExecutionContext, pipeline: PipelineSettings,
                         **judgments: dict[str, pd.DataFrame]) -> dg.Output:
-        """Per clip and evaluation kind: each metric's mean over the judges that succeeded."""
-        tables = {b: average_judgments({names[k]: v[b] for k, v in judgments.items()})
+        """Per clip and evaluation kind: each metric's mean over the judges that succeeded,
+        flagged where they disagree by more than the pipeline's disagreement threshold."""
+        tables = {b: average_judgments({names[k]: v[b] for k, v in judgments.items()},
+                                       pipeline.disagreement_threshold)
                   for b in context.partition_keys}
         return per_batch_output(context, tables, {
             b: averaged_metadata(table, sorted(names.values())) for b, table in tables.items()})
@@ -223,6 +226,7 @@ def averaged_metadata(table: pd.DataFrame, judges: list[str]) -> dict[str, objec
         "mean_score": dg.MetadataValue.float(round(float(ok["mean_score"].mean()), 4))
         if len(ok) else dg.MetadataValue.null(),
         "max_spread": dg.MetadataValue.float(float(ok["spread"].max()) if len(ok) else 0.0),
+        "disagreements": int(table["disagreement"].sum()),
         "metric_means": dg.MetadataValue.json(metric_means(ok["scores"])),
         "preview": preview(table, ["clip_index", "tool_type", "status", "mean_score",
                                    "n_judges_succeeded", "summary"]),
