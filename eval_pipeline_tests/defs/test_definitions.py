@@ -16,6 +16,7 @@ EXPECTED = {
     "raw_trajectories", "quarantine", "preprocessed_trajectories", "preprocess_report", "clips",
     "routing_checks",
     "judgments/heuristic", "averaged_scores", "trajectory_summaries", "evaluation_report",
+    "judge_agreement", "judge_disagreements",
 }
 
 
