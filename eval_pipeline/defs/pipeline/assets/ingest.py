@@ -11,6 +11,7 @@ from eval_pipeline.defs.pipeline.assets.metadata import counts, per_batch_output
 from eval_pipeline.defs.pipeline.io_manager import Frames
 from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
+from eval_pipeline.score_changes import combined_hash, content_hash
 from eval_pipeline.splitting import MissingBatchError, find_batch
 from eval_pipeline.versions import source_version
 
@@ -24,12 +25,24 @@ CLIPS_VERSION = source_version("eval_pipeline.clips")
 
 def selected(context: dg.AssetExecutionContext,
              outputs: dict[str, tuple[Frames, dict[str, dict[str, object]]]],
-             checks: list[dg.AssetCheckResult]) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """Both tables come from one parse; emit only what this run selected (subsetting)."""
+             checks: list[dg.AssetCheckResult], data_versions: dict[str, str] | None = None
+             ) -> Iterator[dg.Output | dg.AssetCheckResult]:
+    """Both tables come from one parse; emit only what this run selected (subsetting).
+
+    ``data_versions`` (batch -> content hash): the outputs' data version, so re-ingesting
+    identical bytes leaves everything downstream fresh. Dagster records one data version
+    per output and run, so a run over several batches records a hash over all of theirs.
+    """
     chosen_outputs = context.op_execution_context.selected_output_names
+    version = (None if not data_versions else
+               next(iter(data_versions.values())) if len(data_versions) == 1
+               else combined_hash(data_versions))
     for name, (frames, metadata) in outputs.items():
         if name in chosen_outputs:
-            yield per_batch_output(context, frames, metadata, output=name)
+            out = per_batch_output(context, frames, metadata, output=name)
+            yield (out if version is None else dg.Output(
+                out.value, output_name=out.output_name, metadata=out.metadata,
+                data_version=dg.DataVersion(version)))
     chosen = context.selected_asset_check_keys
     yield from (c for c in checks if c.asset_key is not None and c.check_name is not None
                 and dg.AssetCheckKey(c.asset_key, c.check_name) in chosen)
@@ -76,6 +89,7 @@ def raw_trajectories(
     quarantine_meta: dict[str, dict[str, object]] = {}
     unaccounted: dict[str, object] = {}
     duplicated: dict[str, object] = {}
+    hashes: dict[str, str] = {}
     records_read = duplicates = 0
     for batch in context.partition_keys:
         try:
@@ -83,6 +97,7 @@ def raw_trajectories(
         except MissingBatchError as exc:  # a state to name, not a stack trace to read
             raise dg.Failure(description=str(exc), allow_retries=False) from None
         raw, quarantined = ingest.read_batch(path, manifest, batch, pipeline.read_options())
+        hashes[batch] = content_hash(path)
         raws[batch], quarantines[batch] = raw, quarantined
         expected = (len(manifest.lines) if manifest.lines is not None
                     else len(raw) + len(quarantined))
@@ -100,6 +115,7 @@ def raw_trajectories(
             "quarantined": len(quarantined),
             "drop_file": manifest.drop_file,
             "batch_fingerprint": manifest.fingerprint,
+            "content_hash": hashes[batch],
             "formats": counts(raw["source_format"]) if len(raw) else dg.MetadataValue.json({}),
             "preview": preview(raw, ["task_id", "source_format", "source_line", "success",
                                      "task_description"]),
@@ -120,7 +136,8 @@ def raw_trajectories(
                   duplicates=duplicates),
     ]
     yield from selected(context, {"raw_trajectories": (raws, raw_meta),
-                                  "quarantine": (quarantines, quarantine_meta)}, checks)
+                                  "quarantine": (quarantines, quarantine_meta)}, checks,
+                        hashes)
 
 
 @dg.multi_asset(

@@ -16,6 +16,11 @@ import dagster as dg
 import pandas as pd
 
 from eval_pipeline import ingest
+from eval_pipeline.defs.pipeline.assets.changes import (
+    averaged_changes,
+    judgment_changes,
+    upstream_versions,
+)
 from eval_pipeline.defs.pipeline.assets.metadata import metric_means, per_batch_output, preview
 from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.defs.pipeline.resources import JudgeOutcome
@@ -111,6 +116,7 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
         batches = list(context.partition_keys)
         tasks = {b: ingest.clip_tasks(clips[b], preprocessed_trajectories[b]) for b in batches}
         every_task = [t for b in batches for t in tasks[b]]
+        versions = {b: upstream_versions(context.instance, b, chosen) for b in batches}
         outcomes = await asyncio.gather(*(
             getattr(context.resources, resource_key(c)).run_result(every_task) for c in chosen))
         for config, outcome in zip(chosen, outcomes, strict=True):
@@ -119,6 +125,7 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
             split = rows_by_batch(outcome.rows, tasks)
             tables = {b: judgment_table(r) for b, r in split.items()}
             metadata = {b: judgment_metadata(config, split[b], tables[b], outcome)
+                        | judgment_changes(context.instance, config, b, tables[b], versions[b])
                         for b in batches}
             out_of_range = {b: n for b, t in tables.items() if (n := out_of_range_scores(t))}
             yield per_batch_output(context, tables, metadata, output_name(config),
@@ -208,7 +215,9 @@ def build_averaged_scores_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefi
         tables = {b: average_judgments({names[k]: v[b] for k, v in judgments.items()})
                   for b in context.partition_keys}
         return per_batch_output(context, tables, {
-            b: averaged_metadata(table, sorted(names.values())) for b, table in tables.items()})
+            b: averaged_metadata(table, sorted(names.values()))
+            | averaged_changes(context.instance, b, table, configs)
+            for b, table in tables.items()})
 
     return averaged_scores
 
