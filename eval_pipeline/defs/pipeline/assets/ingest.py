@@ -6,7 +6,8 @@ from collections.abc import Iterator
 import dagster as dg
 import pandas as pd
 
-from eval_pipeline import ingest
+from eval_pipeline import contracts, ingest
+from eval_pipeline.defs.pipeline.assets.changes import latest_materialization
 from eval_pipeline.defs.pipeline.assets.metadata import counts, per_batch_output, preview
 from eval_pipeline.defs.pipeline.io_manager import Frames
 from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
@@ -159,6 +160,9 @@ def raw_trajectories(
     can_subset=True,
     check_specs=[
         dg.AssetCheckSpec("kept_plus_removed_equals_parsed", asset="preprocessed_trajectories"),
+        dg.AssetCheckSpec("every_record_accounted_end_to_end", asset="preprocessed_trajectories",
+                          description="kept + removed + quarantined == records read, with "
+                          "the counts raw_trajectories recorded for the batch"),
     ],
 )
 def preprocessed_trajectories(
@@ -171,6 +175,7 @@ def preprocessed_trajectories(
     kept_meta: dict[str, dict[str, object]] = {}
     removed_meta: dict[str, dict[str, object]] = {}
     unbalanced: dict[str, object] = {}
+    not_accounted: dict[str, object] = {}
     config, registry = pipeline.preprocess_config(), pipeline.read_options().registry()
     for batch in context.partition_keys:
         raw = raw_trajectories[batch]
@@ -180,6 +185,13 @@ def preprocessed_trajectories(
         if len(kept) + len(removed) != len(raw):
             unbalanced[batch] = {"kept": len(kept), "removed": len(removed),
                                  "parsed": len(raw)}
+        ingested = latest_materialization(context.instance, dg.AssetKey("raw_trajectories"),
+                                          batch)
+        read, quarantined = (recorded_count(ingested, "records_read"),
+                             recorded_count(ingested, "quarantined"))
+        if contracts.unaccounted(read, len(kept), len(removed), quarantined):
+            not_accounted[batch] = {"records_read": read, "kept": len(kept),
+                                    "removed": len(removed), "quarantined": quarantined}
         kept_meta[batch] = {
             "total": stats.total,
             "valid": stats.valid,
@@ -204,8 +216,17 @@ def preprocessed_trajectories(
                       kept=sum(len(k) for k in kept_frames.values()),
                       removed=sum(len(r) for r in removed_frames.values()),
                       parsed=sum(len(r) for r in raw_trajectories.values()))
+    end_to_end = run_check("preprocessed_trajectories", "every_record_accounted_end_to_end",
+                           not_accounted, len(context.partition_keys))
     yield from selected(context, {"preprocessed_trajectories": (kept_frames, kept_meta),
-                                  "preprocess_report": (removed_frames, removed_meta)}, [check])
+                                  "preprocess_report": (removed_frames, removed_meta)},
+                        [check, end_to_end])
+
+
+def recorded_count(mat: dg.AssetMaterialization | None, name: str) -> int:
+    """A count raw_trajectories recorded for the batch; -1 when none was (never equal)."""
+    value = mat.metadata.get(name) if mat is not None else None
+    return int(value.value) if value is not None and isinstance(value.value, int) else -1
 
 
 @dg.asset(
