@@ -31,6 +31,7 @@ from eval_pipeline.defs.pipeline.automation import (
     report_job,
 )
 from eval_pipeline.defs.pipeline.io_manager import ParquetIOManager
+from eval_pipeline.defs.pipeline.partitions import HOW_BATCHES_ARE_MADE, batches_partitions_def
 from eval_pipeline.defs.pipeline.resources import judge_resources
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.judges.config import JudgeConfig, load_judges
@@ -39,7 +40,7 @@ JUDGES_FILE_ENV = "EVAL_PIPELINE_JUDGES"
 
 
 def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
-    return [
+    return list(dg.map_asset_specs(with_partitions_note, [
         raw_trajectories,
         preprocessed_trajectories,
         clips,
@@ -47,7 +48,15 @@ def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
         build_judgments_asset(judges),
         build_averaged_scores_asset(judges),
         *build_summary_assets(judges),
-    ]
+    ]))
+
+
+def with_partitions_note(spec: dg.AssetSpec) -> dg.AssetSpec:
+    """Per-batch assets say, on their page, how their partitions come to be."""
+    if spec.partitions_def != batches_partitions_def:
+        return spec
+    return spec.replace_attributes(
+        description=f"{spec.description or ''}\n\n{HOW_BATCHES_ARE_MADE}".strip())
 
 
 def build_definitions(

@@ -12,6 +12,15 @@ import dagster as dg
 BATCHES_PARTITION = "batches"
 
 batches_partitions_def = dg.DynamicPartitionsDefinition(name=BATCHES_PARTITION)
+
+HOW_BATCHES_ARE_MADE = (
+    "Partitions: one per batch file. new_drop_sensor (on by default; Automation tab) splits "
+    "each file copied into the incoming folder (data/incoming/ in the project) into "
+    "batches/<drop>/<drop>NN.jsonl and registers one partition per batch; `eval-pipeline run "
+    "FILE` does the same from the command line. A partition added by hand has no batch file "
+    "and fails in one line saying so.")
+"""Appended to every per-batch asset's description: how its partitions come to be, where a
+new user looks first (the asset page) when the materialize dialog lists no partition."""
 batches_backfill_policy = dg.BackfillPolicy.single_run()
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
