@@ -12,16 +12,11 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from eval_pipeline.defs.pipeline.assets.ingest import (
-    clips,
-    preprocessed_trajectories,
-    raw_trajectories,
-)
+from eval_pipeline.defs.pipeline.assets import ingest, routing
 from eval_pipeline.defs.pipeline.assets.judging import (
     build_averaged_scores_asset,
     build_judgments_asset,
 )
-from eval_pipeline.defs.pipeline.assets.routing import routing_checks
 from eval_pipeline.defs.pipeline.assets.summaries import build_summary_assets
 from eval_pipeline.defs.pipeline.automation import (
     batch_job,
@@ -31,7 +26,7 @@ from eval_pipeline.defs.pipeline.automation import (
     report_job,
 )
 from eval_pipeline.defs.pipeline.io_manager import ParquetIOManager
-from eval_pipeline.defs.pipeline.partitions import HOW_BATCHES_ARE_MADE, batches_partitions_def
+from eval_pipeline.defs.pipeline.partitions import described
 from eval_pipeline.defs.pipeline.resources import judge_resources
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.judges.config import JudgeConfig, load_judges
@@ -40,23 +35,14 @@ JUDGES_FILE_ENV = "EVAL_PIPELINE_JUDGES"
 
 
 def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
-    return list(dg.map_asset_specs(with_partitions_note, [
-        raw_trajectories,
-        preprocessed_trajectories,
-        clips,
-        routing_checks,
-        build_judgments_asset(judges),
-        build_averaged_scores_asset(judges),
-        *build_summary_assets(judges),
-    ]))
-
-
-def with_partitions_note(spec: dg.AssetSpec) -> dg.AssetSpec:
-    """Per-batch assets say, on their page, how their partitions come to be."""
-    if spec.partitions_def != batches_partitions_def:
-        return spec
-    return spec.replace_attributes(
-        description=f"{spec.description or ''}\n\n{HOW_BATCHES_ARE_MADE}".strip())
+    return [
+        ingest.raw_trajectories,
+        ingest.preprocessed_trajectories,
+        ingest.clips,
+        routing.routing_checks,
+        *described([build_judgments_asset(judges), build_averaged_scores_asset(judges),
+                    *build_summary_assets(judges)]),
+    ]
 
 
 def build_definitions(

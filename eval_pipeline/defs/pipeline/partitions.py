@@ -61,3 +61,18 @@ def batch_run_request(batches: Sequence[str], run_key: str,
     if len(batches) == 1:
         return dg.RunRequest(partition_key=batches[0], run_key=run_key, tags=tags or {})
     return dg.RunRequest(run_key=run_key, tags={**range_tags(batches), **(tags or {})})
+
+
+def with_partitions_note(spec: dg.AssetSpec) -> dg.AssetSpec:
+    """Per-batch assets say, on their page, how their partitions come to be."""
+    if spec.partitions_def != batches_partitions_def:
+        return spec
+    return spec.replace_attributes(
+        description=f"{spec.description or ''}\n\n{HOW_BATCHES_ARE_MADE}".strip())
+
+
+def described(assets: Sequence[dg.AssetsDefinition]) -> list[dg.AssetsDefinition]:
+    """``assets`` with the partitions note. Module-level assets must be replaced by their
+    described copy where they are defined: dg's loader collects module attributes too, and
+    the original beside its copy is a duplicate key."""
+    return list(dg.map_asset_specs(with_partitions_note, assets))

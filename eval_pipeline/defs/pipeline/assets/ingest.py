@@ -10,7 +10,11 @@ from eval_pipeline import contracts, ingest
 from eval_pipeline.defs.pipeline.assets.changes import latest_materialization
 from eval_pipeline.defs.pipeline.assets.metadata import counts, per_batch_output, preview
 from eval_pipeline.defs.pipeline.io_manager import Frames
-from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
+from eval_pipeline.defs.pipeline.partitions import (
+    batches_backfill_policy,
+    batches_partitions_def,
+    described,
+)
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.score_changes import combined_hash, content_hash
 from eval_pipeline.splitting import MissingBatchError, find_batch
@@ -247,3 +251,8 @@ def clips(context: dg.AssetExecutionContext,
         "preview": preview(table, ["task_id", "clip_index", "tool_type", "tool_name",
                                    "action_input"]),
     } for batch, table in tables.items()})
+
+
+# The asset pages say how partitions come to be (see partitions.described).
+raw_trajectories, preprocessed_trajectories, clips = described(
+    [raw_trajectories, preprocessed_trajectories, clips])
