@@ -3,6 +3,7 @@
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import dagster as dg
 
@@ -13,6 +14,7 @@ from eval_pipeline.defs.pipeline.partitions import (
     batches_partitions_def,
 )
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
+from eval_pipeline.score_changes import content_hash
 from eval_pipeline.splitting import (
     MissingBatchError,
     drop_fingerprint,
@@ -23,6 +25,7 @@ from eval_pipeline.splitting import (
 from eval_pipeline.staleness import BATCH_FILE_GONE, BatchState, why_stale
 
 REPORT_KEY = dg.AssetKey("evaluation_report")
+SUMMARIES_KEY = dg.AssetKey("trajectory_summaries")
 
 batch_job = dg.define_asset_job(
     "evaluate_batch",
@@ -35,11 +38,17 @@ report_job = dg.define_asset_job(
 
 
 @dg.sensor(job=batch_job, minimum_interval_seconds=30,
-           default_status=dg.DefaultSensorStatus.STOPPED)
+           default_status=dg.DefaultSensorStatus.RUNNING)
 def new_drop_sensor(context: dg.SensorEvaluationContext,
                     pipeline: PipelineSettings) -> dg.SensorResult | dg.SkipReason:
     """Split each new or changed drop in the incoming folder into batches and run them:
-    one run per drop (its batches as a partition range)."""
+    one run per drop (its batches as a partition range).
+
+    Ships running, so a fresh ``dg dev`` registers and evaluates the sample drops in
+    ``data/incoming`` within a minute: without it, no partition exists and "Materialize all"
+    has nothing to run. A batch whose bytes were already evaluated (the same content hash as
+    its last ingest, and summarized) is not rerun: re-dropping an identical file, or
+    starting the UI on a store the CLI filled, costs nothing."""
     seen: dict[str, dict] = json.loads(context.cursor) if context.cursor else {}
     ordered = list(context.instance.get_dynamic_partitions(BATCHES_PARTITION))
     runs: list[tuple[list[str], str]] = []
@@ -56,10 +65,16 @@ def new_drop_sensor(context: dg.SensorEvaluationContext,
         added += new
         ordered += new
         deleted += [k for k in seen.get(drop.name, {}).get("keys", []) if k not in keys]
-        runs.append((keys, fingerprint))
+        todo = [k for k in keys if k in new
+                or not already_evaluated(context.instance, pipeline.batches_path, k)]
+        if todo:
+            runs.append((todo, fingerprint))
         seen[drop.name] = {"fingerprint": fingerprint, "keys": keys}
-        context.log.info(f"{drop.name}: {len(keys)} batch(es) of up to {pipeline.split_size}")
-    if not runs:
+        unchanged = f", {len(keys) - len(todo)} unchanged and evaluated" if len(todo) < len(
+            keys) else ""
+        context.log.info(f"{drop.name}: {len(keys)} batch(es) of up to "
+                         f"{pipeline.split_size}{unchanged}")
+    if not runs and not seen_changed(context.cursor, seen):
         return dg.SkipReason(f"no new drops in {pipeline.incoming_path}")
     ordered = [k for k in ordered if k not in deleted]
     run_requests = [batch_run_request(batches, f"{batches[0]}...{batches[-1]}:{fingerprint}")
@@ -72,6 +87,24 @@ def new_drop_sensor(context: dg.SensorEvaluationContext,
     return dg.SensorResult(run_requests=run_requests,
                            dynamic_partitions_requests=partition_requests,
                            cursor=json.dumps(seen))
+
+
+def seen_changed(cursor: str | None, seen: dict[str, dict]) -> bool:
+    return (json.loads(cursor) if cursor else {}) != seen
+
+
+def already_evaluated(instance: dg.DagsterInstance, batches_path: Path, partition: str
+                      ) -> bool:
+    """The batch file holds the bytes its last ingest read and the batch was summarized."""
+    raw = _latest(instance, dg.AssetKey("raw_trajectories"), partition)
+    ingested = raw.metadata.get("content_hash") if raw is not None else None
+    if ingested is None or _latest(instance, SUMMARIES_KEY, partition) is None:
+        return False
+    try:
+        path = find_batch(batches_path, partition)[0]
+    except MissingBatchError:
+        return False
+    return content_hash(path) == ingested.value
 
 
 def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str):

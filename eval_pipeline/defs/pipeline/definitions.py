@@ -12,17 +12,12 @@ from collections.abc import Sequence
 
 import dagster as dg
 
+from eval_pipeline.defs.pipeline.assets import ingest, routing
 from eval_pipeline.defs.pipeline.assets.agreement import build_agreement_assets
-from eval_pipeline.defs.pipeline.assets.ingest import (
-    clips,
-    preprocessed_trajectories,
-    raw_trajectories,
-)
 from eval_pipeline.defs.pipeline.assets.judging import (
     build_averaged_scores_asset,
     build_judgments_asset,
 )
-from eval_pipeline.defs.pipeline.assets.routing import routing_checks
 from eval_pipeline.defs.pipeline.assets.summaries import build_summary_assets
 from eval_pipeline.defs.pipeline.automation import (
     batch_job,
@@ -32,6 +27,7 @@ from eval_pipeline.defs.pipeline.automation import (
     report_job,
 )
 from eval_pipeline.defs.pipeline.io_manager import ParquetIOManager
+from eval_pipeline.defs.pipeline.partitions import described
 from eval_pipeline.defs.pipeline.resources import judge_resources
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.judges.config import JudgeConfig, load_judges
@@ -41,13 +37,12 @@ JUDGES_FILE_ENV = "EVAL_PIPELINE_JUDGES"
 
 def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
     return [
-        raw_trajectories,
-        preprocessed_trajectories,
-        clips,
-        routing_checks,
-        build_judgments_asset(judges),
-        build_averaged_scores_asset(judges),
-        *build_summary_assets(judges),
+        ingest.raw_trajectories,
+        ingest.preprocessed_trajectories,
+        ingest.clips,
+        routing.routing_checks,
+        *described([build_judgments_asset(judges), build_averaged_scores_asset(judges),
+                    *build_summary_assets(judges)]),
         build_agreement_assets(judges),
     ]
 

@@ -12,6 +12,15 @@ import dagster as dg
 BATCHES_PARTITION = "batches"
 
 batches_partitions_def = dg.DynamicPartitionsDefinition(name=BATCHES_PARTITION)
+
+HOW_BATCHES_ARE_MADE = (
+    "Partitions: one per batch file. new_drop_sensor (on by default; Automation tab) splits "
+    "each file copied into the incoming folder (data/incoming/ in the project) into "
+    "batches/<drop>/<drop>NN.jsonl and registers one partition per batch; `eval-pipeline run "
+    "FILE` does the same from the command line. A partition added by hand has no batch file "
+    "and fails in one line saying so.")
+"""Appended to every per-batch asset's description: how its partitions come to be, where a
+new user looks first (the asset page) when the materialize dialog lists no partition."""
 batches_backfill_policy = dg.BackfillPolicy.single_run()
 
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -52,3 +61,18 @@ def batch_run_request(batches: Sequence[str], run_key: str,
     if len(batches) == 1:
         return dg.RunRequest(partition_key=batches[0], run_key=run_key, tags=tags or {})
     return dg.RunRequest(run_key=run_key, tags={**range_tags(batches), **(tags or {})})
+
+
+def with_partitions_note(spec: dg.AssetSpec) -> dg.AssetSpec:
+    """Per-batch assets say, on their page, how their partitions come to be."""
+    if spec.partitions_def != batches_partitions_def:
+        return spec
+    return spec.replace_attributes(
+        description=f"{spec.description or ''}\n\n{HOW_BATCHES_ARE_MADE}".strip())
+
+
+def described(assets: Sequence[dg.AssetsDefinition]) -> list[dg.AssetsDefinition]:
+    """``assets`` with the partitions note. Module-level assets must be replaced by their
+    described copy where they are defined: dg's loader collects module attributes too, and
+    the original beside its copy is a duplicate key."""
+    return list(dg.map_asset_specs(with_partitions_note, assets))

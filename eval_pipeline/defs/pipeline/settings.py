@@ -42,6 +42,12 @@ class PipelineSettings(dg.ConfigurableResource):
     made; before #13 this was called subset), unordered (exactly the expected calls, any
     order), subset (no call beyond the expected ones), strict (the expected calls in order;
     one message's parallel calls in any order). A case's ``match_mode`` overrides it."""
+    max_judge_failure_rate: float = Field(default=0.2, ge=0.0, le=1.0)
+    """The judge_failure_rate check warns when more of a judge's attempted rows in a batch
+    failed than this share."""
+    max_judge_spread: float = Field(default=0.5, ge=0.0, le=1.0)
+    """The judges_agree check warns when two judges' scores for one metric of a clip lie
+    further apart than this."""
     routing_argument_mode: ArgumentMode = "exact"
     """Argument match mode, as agentevals: exact, ignore, subset (no argument beyond the
     expected ones), superset (every expected argument, extra ones allowed)."""

@@ -6,11 +6,17 @@ from collections.abc import Iterator
 import dagster as dg
 import pandas as pd
 
-from eval_pipeline import ingest
+from eval_pipeline import contracts, ingest
+from eval_pipeline.defs.pipeline.assets.changes import latest_materialization
 from eval_pipeline.defs.pipeline.assets.metadata import counts, per_batch_output, preview
 from eval_pipeline.defs.pipeline.io_manager import Frames
-from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
+from eval_pipeline.defs.pipeline.partitions import (
+    batches_backfill_policy,
+    batches_partitions_def,
+    described,
+)
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
+from eval_pipeline.score_changes import combined_hash, content_hash
 from eval_pipeline.splitting import MissingBatchError, find_batch
 from eval_pipeline.versions import source_version
 
@@ -24,12 +30,24 @@ CLIPS_VERSION = source_version("eval_pipeline.clips")
 
 def selected(context: dg.AssetExecutionContext,
              outputs: dict[str, tuple[Frames, dict[str, dict[str, object]]]],
-             checks: list[dg.AssetCheckResult]) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """Both tables come from one parse; emit only what this run selected (subsetting)."""
+             checks: list[dg.AssetCheckResult], data_versions: dict[str, str] | None = None
+             ) -> Iterator[dg.Output | dg.AssetCheckResult]:
+    """Both tables come from one parse; emit only what this run selected (subsetting).
+
+    ``data_versions`` (batch -> content hash): the outputs' data version, so re-ingesting
+    identical bytes leaves everything downstream fresh. Dagster records one data version
+    per output and run, so a run over several batches records a hash over all of theirs.
+    """
     chosen_outputs = context.op_execution_context.selected_output_names
+    version = (None if not data_versions else
+               next(iter(data_versions.values())) if len(data_versions) == 1
+               else combined_hash(data_versions))
     for name, (frames, metadata) in outputs.items():
         if name in chosen_outputs:
-            yield per_batch_output(context, frames, metadata, output=name)
+            out = per_batch_output(context, frames, metadata, output=name)
+            yield (out if version is None else dg.Output(
+                out.value, output_name=out.output_name, metadata=out.metadata,
+                data_version=dg.DataVersion(version)))
     chosen = context.selected_asset_check_keys
     yield from (c for c in checks if c.asset_key is not None and c.check_name is not None
                 and dg.AssetCheckKey(c.asset_key, c.check_name) in chosen)
@@ -76,6 +94,7 @@ def raw_trajectories(
     quarantine_meta: dict[str, dict[str, object]] = {}
     unaccounted: dict[str, object] = {}
     duplicated: dict[str, object] = {}
+    hashes: dict[str, str] = {}
     records_read = duplicates = 0
     for batch in context.partition_keys:
         try:
@@ -83,6 +102,7 @@ def raw_trajectories(
         except MissingBatchError as exc:  # a state to name, not a stack trace to read
             raise dg.Failure(description=str(exc), allow_retries=False) from None
         raw, quarantined = ingest.read_batch(path, manifest, batch, pipeline.read_options())
+        hashes[batch] = content_hash(path)
         raws[batch], quarantines[batch] = raw, quarantined
         expected = (len(manifest.lines) if manifest.lines is not None
                     else len(raw) + len(quarantined))
@@ -100,6 +120,7 @@ def raw_trajectories(
             "quarantined": len(quarantined),
             "drop_file": manifest.drop_file,
             "batch_fingerprint": manifest.fingerprint,
+            "content_hash": hashes[batch],
             "formats": counts(raw["source_format"]) if len(raw) else dg.MetadataValue.json({}),
             "preview": preview(raw, ["task_id", "source_format", "source_line", "success",
                                      "task_description"]),
@@ -120,7 +141,8 @@ def raw_trajectories(
                   duplicates=duplicates),
     ]
     yield from selected(context, {"raw_trajectories": (raws, raw_meta),
-                                  "quarantine": (quarantines, quarantine_meta)}, checks)
+                                  "quarantine": (quarantines, quarantine_meta)}, checks,
+                        hashes)
 
 
 @dg.multi_asset(
@@ -142,6 +164,9 @@ def raw_trajectories(
     can_subset=True,
     check_specs=[
         dg.AssetCheckSpec("kept_plus_removed_equals_parsed", asset="preprocessed_trajectories"),
+        dg.AssetCheckSpec("every_record_accounted_end_to_end", asset="preprocessed_trajectories",
+                          description="kept + removed + quarantined == records read, with "
+                          "the counts raw_trajectories recorded for the batch"),
     ],
 )
 def preprocessed_trajectories(
@@ -154,6 +179,7 @@ def preprocessed_trajectories(
     kept_meta: dict[str, dict[str, object]] = {}
     removed_meta: dict[str, dict[str, object]] = {}
     unbalanced: dict[str, object] = {}
+    not_accounted: dict[str, object] = {}
     config, registry = pipeline.preprocess_config(), pipeline.read_options().registry()
     for batch in context.partition_keys:
         raw = raw_trajectories[batch]
@@ -163,6 +189,13 @@ def preprocessed_trajectories(
         if len(kept) + len(removed) != len(raw):
             unbalanced[batch] = {"kept": len(kept), "removed": len(removed),
                                  "parsed": len(raw)}
+        ingested = latest_materialization(context.instance, dg.AssetKey("raw_trajectories"),
+                                          batch)
+        read, quarantined = (recorded_count(ingested, "records_read"),
+                             recorded_count(ingested, "quarantined"))
+        if contracts.unaccounted(read, len(kept), len(removed), quarantined):
+            not_accounted[batch] = {"records_read": read, "kept": len(kept),
+                                    "removed": len(removed), "quarantined": quarantined}
         kept_meta[batch] = {
             "total": stats.total,
             "valid": stats.valid,
@@ -187,8 +220,17 @@ def preprocessed_trajectories(
                       kept=sum(len(k) for k in kept_frames.values()),
                       removed=sum(len(r) for r in removed_frames.values()),
                       parsed=sum(len(r) for r in raw_trajectories.values()))
+    end_to_end = run_check("preprocessed_trajectories", "every_record_accounted_end_to_end",
+                           not_accounted, len(context.partition_keys))
     yield from selected(context, {"preprocessed_trajectories": (kept_frames, kept_meta),
-                                  "preprocess_report": (removed_frames, removed_meta)}, [check])
+                                  "preprocess_report": (removed_frames, removed_meta)},
+                        [check, end_to_end])
+
+
+def recorded_count(mat: dg.AssetMaterialization | None, name: str) -> int:
+    """A count raw_trajectories recorded for the batch; -1 when none was (never equal)."""
+    value = mat.metadata.get(name) if mat is not None else None
+    return int(value.value) if value is not None and isinstance(value.value, int) else -1
 
 
 @dg.asset(
@@ -209,3 +251,8 @@ def clips(context: dg.AssetExecutionContext,
         "preview": preview(table, ["task_id", "clip_index", "tool_type", "tool_name",
                                    "action_input"]),
     } for batch, table in tables.items()})
+
+
+# The asset pages say how partitions come to be (see partitions.described).
+raw_trajectories, preprocessed_trajectories, clips = described(
+    [raw_trajectories, preprocessed_trajectories, clips])

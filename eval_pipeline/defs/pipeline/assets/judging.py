@@ -10,12 +10,18 @@ import asyncio
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import dagster as dg
 import pandas as pd
 
-from eval_pipeline import ingest
+from eval_pipeline import contracts, ingest
+from eval_pipeline.defs.pipeline.assets.changes import (
+    averaged_changes,
+    judgment_changes,
+    upstream_versions,
+)
+from eval_pipeline.defs.pipeline.assets.contracts import batch_check, spec
 from eval_pipeline.defs.pipeline.assets.metadata import metric_means, per_batch_output, preview
 from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.defs.pipeline.resources import JudgeOutcome
@@ -26,6 +32,7 @@ from eval_pipeline.judges.presets import effective_model
 from eval_pipeline.judges.runner import JudgmentRow, summarize_rows
 from eval_pipeline.rubrics import templates_version
 from eval_pipeline.scoring import average_judgments
+from eval_pipeline.scoring.averaging import AVERAGED_COLUMNS
 from eval_pipeline.versions import source_version
 
 JUDGING_GROUP = "judging"
@@ -100,10 +107,13 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
         backfill_policy=batches_backfill_policy,
         group_name=JUDGING_GROUP,
         can_subset=True,
-        required_resource_keys={resource_key(c) for c in configs},
+        required_resource_keys={resource_key(c) for c in configs} | {"pipeline"},
         pool=JUDGE_POOL if llm else None,
-        check_specs=[dg.AssetCheckSpec("scores_in_unit_interval", asset=judgment_asset_key(c))
-                     for c in configs],
+        check_specs=[s for c in configs for s in (
+            dg.AssetCheckSpec("scores_in_unit_interval", asset=judgment_asset_key(c)),
+            spec(judgment_asset_key(c), "judgments_schema", "every column of the contract"),
+            spec(judgment_asset_key(c), "judge_failure_rate", "failed share of attempted "
+                 "rows at most the pipeline's max_judge_failure_rate", warn=True))],
     )
     async def judgments(context: dg.AssetExecutionContext, clips: dict[str, pd.DataFrame],
                         preprocessed_trajectories: dict[str, pd.DataFrame]):
@@ -112,6 +122,7 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
         batches = list(context.partition_keys)
         tasks = {b: ingest.clip_tasks(clips[b], preprocessed_trajectories[b]) for b in batches}
         every_task = [t for b in batches for t in tasks[b]]
+        versions = {b: upstream_versions(context.instance, b, chosen) for b in batches}
         outcomes = await asyncio.gather(*(
             getattr(context.resources, resource_key(c)).run_result(every_task) for c in chosen))
         for config, outcome in zip(chosen, outcomes, strict=True):
@@ -120,6 +131,7 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
             split = rows_by_batch(outcome.rows, tasks)
             tables = {b: judgment_table(r) for b, r in split.items()}
             metadata = {b: judgment_metadata(config, split[b], tables[b], outcome)
+                        | judgment_changes(context.instance, config, b, tables[b], versions[b])
                         for b in batches}
             out_of_range = {b: n for b, t in tables.items() if (n := out_of_range_scores(t))}
             yield per_batch_output(context, tables, metadata, output_name(config),
@@ -129,8 +141,22 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
                 passed=not out_of_range, metadata={
                     "out_of_range": sum(out_of_range.values()),
                     "failed_batches": dg.MetadataValue.json(out_of_range)})
+            for check in judgment_checks(config, tables, context.resources.pipeline):
+                yield check
 
     return judgments
+
+
+def judgment_checks(config: JudgeConfig, tables: dict[str, pd.DataFrame],
+                    pipeline: PipelineSettings) -> list[dg.AssetCheckResult]:
+    key, threshold = judgment_asset_key(config), pipeline.max_judge_failure_rate
+    return [
+        batch_check(key, "judgments_schema", tables,
+                    lambda t: contracts.missing_columns(t, JUDGMENT_COLUMNS)),
+        batch_check(key, "judge_failure_rate", tables,
+                    lambda t: contracts.failure_rate_over(t, threshold),
+                    dg.AssetCheckSeverity.WARN, threshold=threshold),
+    ]
 
 
 def rows_by_batch(rows: Sequence[JudgmentRow], tasks: dict[str, list[ClipTask]]
@@ -202,18 +228,43 @@ def build_averaged_scores_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefi
         group_name=JUDGING_GROUP,
         kinds={"pandas", "parquet"},
         code_version=source_version("eval_pipeline.scoring.averaging"),
+        required_resource_keys={"pipeline"},
+        check_specs=[
+            spec("averaged_scores", "scores_in_unit_interval", "every metric in [0, 1]"),
+            spec("averaged_scores", "averaged_schema", "every column of the contract"),
+            spec("averaged_scores", "judges_agree", "judges' scores for a metric at most "
+                 "the pipeline's max_judge_spread apart", warn=True)],
     )
-    def averaged_scores(context: dg.AssetExecutionContext, pipeline: PipelineSettings,
-                        **judgments: dict[str, pd.DataFrame]) -> dg.Output:
+    def averaged_scores(context: dg.AssetExecutionContext,
+                        **judgments: dict[str, pd.DataFrame]
+                        ) -> Iterator[dg.Output | dg.AssetCheckResult]:
         """Per clip and evaluation kind: each metric's mean over the judges that succeeded,
         flagged where they disagree by more than the pipeline's disagreement threshold."""
+        pipeline: PipelineSettings = context.resources.pipeline
         tables = {b: average_judgments({names[k]: v[b] for k, v in judgments.items()},
                                        pipeline.disagreement_threshold)
                   for b in context.partition_keys}
-        return per_batch_output(context, tables, {
-            b: averaged_metadata(table, sorted(names.values())) for b, table in tables.items()})
+        yield per_batch_output(context, tables, {
+            b: averaged_metadata(table, sorted(names.values()))
+            | averaged_changes(context.instance, b, table, configs)
+            for b, table in tables.items()})
+        yield from averaged_checks(tables, context.resources.pipeline)
 
     return averaged_scores
+
+
+def averaged_checks(tables: dict[str, pd.DataFrame], pipeline: PipelineSettings
+                    ) -> list[dg.AssetCheckResult]:
+    key, spread = dg.AssetKey("averaged_scores"), pipeline.max_judge_spread
+    return [
+        batch_check(key, "scores_in_unit_interval", tables,
+                    contracts.scores_outside_unit_interval),
+        batch_check(key, "averaged_schema", tables,
+                    lambda t: contracts.missing_columns(t, AVERAGED_COLUMNS)),
+        batch_check(key, "judges_agree", tables,
+                    lambda t: contracts.disagreements(t, spread),
+                    dg.AssetCheckSeverity.WARN, max_spread=spread),
+    ]
 
 
 def averaged_metadata(table: pd.DataFrame, judges: list[str]) -> dict[str, object]:

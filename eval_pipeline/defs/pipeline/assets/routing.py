@@ -4,7 +4,11 @@ import dagster as dg
 import pandas as pd
 
 from eval_pipeline.defs.pipeline.assets.metadata import per_batch_output, preview
-from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
+from eval_pipeline.defs.pipeline.partitions import (
+    batches_backfill_policy,
+    batches_partitions_def,
+    described,
+)
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.routing import TRAJECTORY_MODES, RoutingResult, render_report, routing_table
 from eval_pipeline.versions import source_version
@@ -58,3 +62,6 @@ def _routing_metadata(table: pd.DataFrame, results: list[RoutingResult],
         "preview": preview(table, ["task_id", "match_mode", "passed", "partial_credit",
                                    "expected_tools", "actual_tools", "reason"]),
     }
+
+
+(routing_checks,) = described([routing_checks])  # its page says how partitions come to be

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 import dagster as dg
 import pandas as pd
 
+from eval_pipeline.defs.pipeline.assets.changes import report_changes, summary_changes
 from eval_pipeline.defs.pipeline.assets.metadata import per_batch_output, preview
 from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.judges.config import JudgeConfig
@@ -47,7 +48,9 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
                                             averaged_scores[b], names, routing_checks[b])
                   for b in context.partition_keys}
         return per_batch_output(context, tables, {
-            b: summary_metadata(table, names) for b, table in tables.items()})
+            b: summary_metadata(table, names)
+            | summary_changes(context.instance, b, table, configs)
+            for b, table in tables.items()})
 
     @dg.asset(
         ins={"trajectory_summaries": dg.AssetIn(
@@ -77,6 +80,7 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
             REPORT_MEAN_KEY: dg.MetadataValue.float(float(mean))
             if mean is not None and pd.notna(mean) else dg.MetadataValue.null(),
             "report": dg.MetadataValue.md(report_markdown(report, last_mean)),
+            **report_changes(context.instance, report, configs),
         }
         if last_mean is not None and mean is not None and pd.notna(mean):
             metadata["delta_vs_last_report"] = dg.MetadataValue.float(
