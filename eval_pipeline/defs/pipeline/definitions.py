@@ -42,8 +42,7 @@ def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
         ingest.clips,
         routing.routing_checks,
         *described([build_judgments_asset(judges), build_averaged_scores_asset(judges),
-                    *build_summary_assets(judges)]),
-        build_agreement_assets(judges),
+                    *build_summary_assets(judges), build_agreement_assets(judges)]),
     ]
 
 
