@@ -1,6 +1,6 @@
 """Throughput and memory of the data stages, and of the whole graph through Dagster.
 
-Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,dagster]
+Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,repair,dagster]
 [--drop-mb 200] [FILE_OR_FOLDER ...]`` (default inputs: the XML-format corpora in
 ../shared/corpora, else data/incoming). Prints figures; asserts nothing.
 
@@ -12,6 +12,8 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,d
   in a pool of one process per core.
 - ``memory``: peak RSS of splitting generated 50 MB and 500 MB drops and running each batch
   through parse, preprocess and clips, each drop in a fresh process.
+- ``repair``: tag repair of one record whose every ``<result>`` is left unclosed, at 5k,
+  10k and 20k tool calls, against the previous (quadratic) implementation kept in the tests.
 - ``dagster``: the CLI's Dagster path end to end, so orchestration cost per batch shows.
 """
 
@@ -30,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +199,32 @@ def memory_section(split_size: int) -> None:
                                   "peak RSS (MiB)"]))
 
 
+def unclosed_results(calls: int) -> str:
+    """One response of ``calls`` tool calls whose results are all left open."""
+    call = ("<think>step {i}</think><microsandbox><microsandbox_execute>print({i})"
+            "</microsandbox_execute></microsandbox>\n<result>out {i}")
+    return "".join(call.format(i=i) for i in range(calls)) + "\n<answer>done"
+
+
+def repair_section(repeats: int) -> None:
+    sys.path.insert(0, str(ROOT))
+    from eval_pipeline.preprocess import repair_tags
+    from eval_pipeline_tests.repair_reference import reference_repair_tags
+
+    tools = list(default_registry().tool_tags)
+    rows = []
+    for calls in (5_000, 10_000, 20_000):
+        text = unclosed_results(calls)
+        medians = interleaved({
+            "before": partial(reference_repair_tags, text, tools),
+            "now": partial(repair_tags, text, tools),
+        }, max(1, min(repeats, 3)), warm_up=False)
+        rows.append([calls, f"{len(text) / 1e6:.1f}", f"{medians['before']:.3f}",
+                     f"{medians['now']:.4f}", f"{medians['before'] / medians['now']:.0f} x"])
+    print(tabulate(rows, headers=["unclosed <result> (tool calls)", "MB", "before s", "now s",
+                                  "speed-up"]))
+
+
 def dagster_section(files: list[Path]) -> None:
     from eval_pipeline.local_run import run_pipeline
 
@@ -242,6 +271,9 @@ def main() -> None:
     if "memory" in sections:
         print()
         memory_section(args.split_size)
+    if "repair" in sections:
+        print()
+        repair_section(args.repeats)
     if "dagster" in sections:
         print()
         dagster_section(files)
