@@ -24,6 +24,7 @@ from dagster._core.storage.upath_io_manager import is_dict_type
 from upath import UPath
 
 from eval_pipeline.atomic import write_atomic
+from eval_pipeline.defs.pipeline.assets.metadata import add_batch_metadata
 from eval_pipeline.store import resolve_store
 
 Frames = dict[str, pd.DataFrame]
@@ -73,8 +74,7 @@ class ParquetUPathIOManager(dg.UPathIOManager):
             if len(keys) == 1:
                 context.add_output_metadata(metadata)
             else:  # output metadata would land on every partition's materialization alike
-                context.step_context.add_asset_metadata(
-                    metadata, asset_key=context.asset_key, partition_key=key)
+                add_batch_metadata(context.step_context, metadata, context.asset_key, key, keys)
 
     def load_input(self, context: dg.InputContext) -> pd.DataFrame | Frames | None:
         """An input typed ``dict[str, DataFrame]`` always gets a dict keyed by batch.
