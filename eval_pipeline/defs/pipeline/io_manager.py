@@ -20,6 +20,7 @@ from typing import Any
 
 import dagster as dg
 import pandas as pd
+import pyarrow.parquet as pq
 from dagster._core.storage.upath_io_manager import is_dict_type
 from upath import UPath
 
@@ -47,8 +48,15 @@ class ParquetUPathIOManager(dg.UPathIOManager):
             obj.to_parquet(fh, index=False)
 
     def load_from_path(self, context: dg.InputContext, path: UPath) -> pd.DataFrame:
+        """Only the columns the input's ``columns`` metadata names, if it names any (those
+        present in the file: a column an older table lacks is left out, as before)."""
+        wanted = (context.definition_metadata or {}).get("columns")
         with path.open("rb") as fh:
-            return pd.read_parquet(fh)
+            if not wanted:
+                return pd.read_parquet(fh)
+            present = set(pq.read_schema(fh).names)
+            fh.seek(0)
+            return pd.read_parquet(fh, columns=[c for c in wanted if c in present])
 
     def get_metadata(self, context: dg.OutputContext, obj: pd.DataFrame
                      ) -> dict[str, Any]:
