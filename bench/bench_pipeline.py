@@ -1,6 +1,6 @@
 """Throughput and memory of the data stages, and of the whole graph through Dagster.
 
-Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,dagster]
+Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,repair,dagster]
 [--drop-mb 200] [FILE_OR_FOLDER ...]`` (default inputs: the XML-format corpora in
 ../shared/corpora, else data/incoming). Prints figures; asserts nothing.
 
@@ -12,7 +12,16 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,d
   in a pool of one process per core.
 - ``memory``: peak RSS of splitting generated 50 MB and 500 MB drops and running each batch
   through parse, preprocess and clips, each drop in a fresh process.
+- ``repair``: tag repair of one record whose every ``<result>`` is left unclosed, at 5k,
+  10k and 20k tool calls, against the previous (quadratic) implementation kept in the tests.
 - ``dagster``: the CLI's Dagster path end to end, so orchestration cost per batch shows.
+- ``orchestration`` (#12.4): the CLI (a fresh process and DAGSTER_HOME, one run for all
+  batches) on the inputs (``--orch-input``, default the whole corpora) against the sum of the
+  stage functions' own times on the same batches in plain Python (parse, preprocess, clips,
+  routing, heuristic judge, averaging, summaries, report); then ``--orch-rounds`` CLI calls
+  on demo02 with one run per batch into one instance, to show whether the cost per batch
+  grows with the runs already recorded. ``--code DIR`` (repeatable) runs the CLI from other
+  checkouts too (e.g. the main branch, for a before/after in one run).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +206,105 @@ def memory_section(split_size: int) -> None:
                                   "peak RSS (MiB)"]))
 
 
+def unclosed_results(calls: int) -> str:
+    """One response of ``calls`` tool calls whose results are all left open."""
+    call = ("<think>step {i}</think><microsandbox><microsandbox_execute>print({i})"
+            "</microsandbox_execute></microsandbox>\n<result>out {i}")
+    return "".join(call.format(i=i) for i in range(calls)) + "\n<answer>done"
+
+
+def repair_section(repeats: int) -> None:
+    sys.path.insert(0, str(ROOT))
+    from eval_pipeline.preprocess import repair_tags
+    from eval_pipeline_tests.repair_reference import reference_repair_tags
+
+    tools = list(default_registry().tool_tags)
+    rows = []
+    for calls in (5_000, 10_000, 20_000):
+        text = unclosed_results(calls)
+        medians = interleaved({
+            "before": partial(reference_repair_tags, text, tools),
+            "now": partial(repair_tags, text, tools),
+        }, max(1, min(repeats, 3)), warm_up=False)
+        rows.append([calls, f"{len(text) / 1e6:.1f}", f"{medians['before']:.3f}",
+                     f"{medians['now']:.4f}", f"{medians['before'] / medians['now']:.0f} x"])
+    print(tabulate(rows, headers=["unclosed <result> (tool calls)", "MB", "before s", "now s",
+                                  "speed-up"]))
+
+
+def stage_seconds(inputs: Path, split_size: int) -> tuple[float, int]:
+    """The stage functions' own time over every batch of ``inputs``, as the assets call them
+    (no Dagster, no Parquet), and the number of batches."""
+    from eval_pipeline.ingest import ReadOptions
+    from eval_pipeline.local_run import collect_inputs, split_inputs
+    from eval_pipeline.report import build_report
+    from eval_pipeline.routing import routing_table
+    from eval_pipeline.splitting import find_batch
+
+    judge = make_judge(JudgeConfig(name="heuristic"))
+    registry = default_registry()
+    with tempfile.TemporaryDirectory() as tmp:
+        manifests, _ = split_inputs(collect_inputs(inputs), Path(tmp), split_size,
+                                    ReadOptions())
+        total = 0.0
+        summaries = {}
+        for key in (m.partition_key for m in manifests):
+            path, m = find_batch(Path(tmp), key)
+            start = time.perf_counter()
+            raw, _q = ingest.read_batch(path, m, m.partition_key)
+            kept, _r, _s = ingest.preprocess_batch(raw, PreprocessConfig(), registry)
+            clips = ingest.clips_table(kept)
+            routing, _results = routing_table(kept, "subset")
+            rows = asyncio.run(run_judge(judge, ingest.clip_tasks(clips, kept)))
+            judged = pd.DataFrame([r.model_dump() for r in rows])
+            averaged = average_judgments({"heuristic": judged})
+            summaries[m.partition_key] = summarize_trajectories(kept, clips, averaged,
+                                                                ["heuristic"], routing)
+            total += time.perf_counter() - start
+        start = time.perf_counter()
+        build_report(summaries)
+        return total + time.perf_counter() - start, len(manifests)
+
+
+def cli_run(code: Path, inputs: Path, home: Path, out: Path, *extra: str) -> float:
+    env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(code)}
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "eval_pipeline.cli", "run", str(inputs),
+                    "--output", str(out), "--store", str(home / "store"), *extra],
+                   env=env, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def orchestration_section(inputs: Path, codes: list[Path], rounds: int) -> None:
+    stages, batches = stage_seconds(inputs, 10)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, code in enumerate(codes):
+            wall = cli_run(code, inputs, Path(tmp) / f"h{i}", Path(tmp) / f"o{i}")
+            rows.append([str(code), f"{wall:.1f}", f"{stages:.1f}", f"{wall / stages:.2f}"])
+    print(f"{inputs}: {batches} batches of 10, heuristic judge, one run for all batches")
+    print(tabulate(rows, headers=["CLI from", "wall s", "stage functions s",
+                                  "wall / stages"]))
+    demo = CORPORA / "dataeva" / "demo02.jsonl"
+    if not demo.exists() or rounds < 1:
+        return
+    growth = []
+    with tempfile.TemporaryDirectory() as tmp:
+        times: dict[str, list[float]] = {str(c): [] for c in codes}
+        for r in range(rounds):  # interleaved: each checkout's instance gains runs alike
+            for i, code in enumerate(codes):
+                times[str(code)].append(cli_run(code, demo, Path(tmp) / f"g{i}",
+                                                Path(tmp) / f"o{i}_{r}",
+                                                "--batches-per-run", "1") / 10)
+        for code, per_batch in times.items():
+            growth.append([code, *(f"{t:.2f}" for t in per_batch),
+                           f"{per_batch[-1] / per_batch[0]:.2f}"])
+    print(f"\ndemo02 (10 batches, one run per batch), {rounds} CLI calls into one instance: "
+          "seconds per batch")
+    print(tabulate(growth, headers=["CLI from", *(f"call {r + 1} (runs before: {11 * r})"
+                                                  for r in range(rounds)), "last / first"]))
+
+
 def dagster_section(files: list[Path]) -> None:
     from eval_pipeline.local_run import run_pipeline
 
@@ -226,6 +335,10 @@ def main() -> None:
     parser.add_argument("--split-size", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=REPEATS,
                         help="interleaved repeats per figure (the drop: at most 3)")
+    parser.add_argument("--orch-input", type=Path, default=CORPORA)
+    parser.add_argument("--orch-rounds", type=int, default=4)
+    parser.add_argument("--code", type=Path, action="append",
+                        help="a checkout to run the CLI from (repeatable; default this one)")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
     files = [p for x in (args.inputs or default_inputs())
@@ -242,6 +355,12 @@ def main() -> None:
     if "memory" in sections:
         print()
         memory_section(args.split_size)
+    if "repair" in sections:
+        print()
+        repair_section(args.repeats)
+    if "orchestration" in sections:
+        print()
+        orchestration_section(args.orch_input, args.code or [ROOT], args.orch_rounds)
     if "dagster" in sections:
         print()
         dagster_section(files)

@@ -29,6 +29,13 @@ REPORT_COLUMNS = [
 ]
 REACT_ACCURACY_COLUMNS = ["thought_to_tool_accuracy", "query_to_thought_accuracy",
                           "sequence_optimality_accuracy"]
+REPORT_INPUT_COLUMNS = [
+    "overall_trajectory_score", "evaluation_metadata", "total_clips", "successful_evaluations",
+    "success", "reward", "final_label", "routing_passed", "labelled_clips",
+]
+"""The summary columns a report row is built from (``outcome_of`` reads the three labels).
+The report reads only these from each batch's Parquet: the responses with embedded
+evaluations, nearly all of a summary's bytes, are never loaded for it."""
 
 
 def _react_accuracies(df: pd.DataFrame) -> dict[str, float | None]:

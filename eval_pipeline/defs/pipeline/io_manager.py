@@ -20,10 +20,12 @@ from typing import Any
 
 import dagster as dg
 import pandas as pd
+import pyarrow.parquet as pq
 from dagster._core.storage.upath_io_manager import is_dict_type
 from upath import UPath
 
 from eval_pipeline.atomic import write_atomic
+from eval_pipeline.defs.pipeline.assets.metadata import add_batch_metadata
 from eval_pipeline.store import resolve_store
 
 Frames = dict[str, pd.DataFrame]
@@ -46,8 +48,15 @@ class ParquetUPathIOManager(dg.UPathIOManager):
             obj.to_parquet(fh, index=False)
 
     def load_from_path(self, context: dg.InputContext, path: UPath) -> pd.DataFrame:
+        """Only the columns the input's ``columns`` metadata names, if it names any (those
+        present in the file: a column an older table lacks is left out, as before)."""
+        wanted = (context.definition_metadata or {}).get("columns")
         with path.open("rb") as fh:
-            return pd.read_parquet(fh)
+            if not wanted:
+                return pd.read_parquet(fh)
+            present = set(pq.read_schema(fh).names)
+            fh.seek(0)
+            return pd.read_parquet(fh, columns=[c for c in wanted if c in present])
 
     def get_metadata(self, context: dg.OutputContext, obj: pd.DataFrame
                      ) -> dict[str, Any]:
@@ -73,8 +82,7 @@ class ParquetUPathIOManager(dg.UPathIOManager):
             if len(keys) == 1:
                 context.add_output_metadata(metadata)
             else:  # output metadata would land on every partition's materialization alike
-                context.step_context.add_asset_metadata(
-                    metadata, asset_key=context.asset_key, partition_key=key)
+                add_batch_metadata(context.step_context, metadata, context.asset_key, key, keys)
 
     def load_input(self, context: dg.InputContext) -> pd.DataFrame | Frames | None:
         """An input typed ``dict[str, DataFrame]`` always gets a dict keyed by batch.

@@ -16,6 +16,7 @@ from eval_pipeline.defs.pipeline.partitions import (
     described,
 )
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
+from eval_pipeline.preprocess import PreprocessStats
 from eval_pipeline.score_changes import combined_hash, content_hash
 from eval_pipeline.splitting import MissingBatchError, find_batch
 from eval_pipeline.versions import source_version
@@ -181,10 +182,11 @@ def preprocessed_trajectories(
     unbalanced: dict[str, object] = {}
     not_accounted: dict[str, object] = {}
     config, registry = pipeline.preprocess_config(), pipeline.read_options().registry()
+    totals: list[PreprocessStats] = []
     for batch in context.partition_keys:
         raw = raw_trajectories[batch]
         kept, removed, stats = ingest.preprocess_batch(raw, config, registry)
-        context.log.info(f"{batch}\n" + stats.render())
+        totals.append(stats)
         kept_frames[batch], removed_frames[batch] = kept, removed
         if len(kept) + len(removed) != len(raw):
             unbalanced[batch] = {"kept": len(kept), "removed": len(removed),
@@ -215,6 +217,11 @@ def preprocessed_trajectories(
             "reasons": counts(removed["reason"]) if len(removed) else dg.MetadataValue.json({}),
             "preview": preview(removed, ["task_id", "source_line", "reason", "detail"]),
         }
+    # One log line per run: each batch's block is in its materialization's "statistics", and
+    # a line per batch was one more event-log write each.
+    context.log.info(f"{len(totals)} batch(es)\n" + PreprocessStats(**{
+        field: sum(getattr(t, field) for t in totals) for field in PreprocessStats.model_fields
+    }).render())
     check = run_check("preprocessed_trajectories", "kept_plus_removed_equals_parsed",
                       unbalanced, len(context.partition_keys),
                       kept=sum(len(k) for k in kept_frames.values()),

@@ -13,6 +13,7 @@ from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
 from eval_pipeline.report import (
     REACT_ACCURACY_COLUMNS,
+    REPORT_INPUT_COLUMNS,
     REPORT_MEAN_KEY,
     build_report,
     report_markdown,
@@ -54,7 +55,7 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
 
     @dg.asset(
         ins={"trajectory_summaries": dg.AssetIn(
-            metadata={"allow_missing_partitions": True})},
+            metadata={"allow_missing_partitions": True, "columns": REPORT_INPUT_COLUMNS})},
         group_name=SUMMARY_GROUP,
         kinds={"pandas", "parquet"},
         code_version=source_version("eval_pipeline.report"),

@@ -1,0 +1,59 @@
+"""#12.5: the report reads only the summary columns it is built from, with the same content.
+
+``evaluation_report`` loads every batch's trajectory_summaries with ``columns`` metadata, so
+the responses with embedded evaluations (nearly all of the bytes) are never read for it.
+The report must be the one built from the full tables.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.local_run import run_pipeline
+from eval_pipeline.report import REPORT_INPUT_COLUMNS, build_report
+
+
+@pytest.mark.slow
+def test_report_from_the_summary_columns_equals_the_report_from_full_tables(
+        corpora_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Labelled steps and outcomes (AUCs), XML trajectories, routing expectations: every
+    # column the report reads, over many batches.
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    shutil.copy(corpora_dir / "dataeva" / "demo02.jsonl", drop)
+    lines = (corpora_dir / "agentprocessbench" / "hotpotqa.jsonl").read_text(
+        "utf-8").splitlines()[:40]
+    (drop / "hotpotqa.jsonl").write_text("\n".join(lines) + "\n", "utf-8")
+    (drop / "routing.jsonl").write_text(
+        '{"name": "w", "prompt": "Weather in Paris?", "expected_tools": ["get_weather"]}\n',
+        "utf-8")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    store = tmp_path / "store"
+    result = run_pipeline(drop, tmp_path / "out", [JudgeConfig(name="heuristic")],
+                          split_size=10, store=store)
+    assert len(result.batches) >= 10
+    full = {p.stem: pd.read_parquet(p)
+            for p in sorted((store / "assets" / "trajectory_summaries").glob("*.parquet"))}
+    assert set(full) == set(result.batches)
+    expected = build_report(full)
+    assert expected["outcome_labelled"].iloc[-1] > 0 and expected["step_labelled"].iloc[-1] > 0
+    assert expected["routing_checked"].iloc[-1] > 0
+    # The domain function on the projected tables ...
+    projected = {b: t[[c for c in REPORT_INPUT_COLUMNS if c in t.columns]]
+                 for b, t in full.items()}
+    pd.testing.assert_frame_equal(build_report(projected), expected)
+    # ... and the asset, which loads only those columns through the IO manager.
+    stored = pd.read_parquet(store / "assets" / "evaluation_report.parquet")
+    pd.testing.assert_frame_equal(stored, expected)
+    with dg.DagsterInstance.get() as instance:
+        event = instance.get_latest_materialization_event(dg.AssetKey("evaluation_report"))
+    assert event is not None and event.asset_materialization is not None
+    meta = event.asset_materialization.metadata
+    assert meta["batches"].value == len(full)
+    assert meta["trajectories"].value == sum(len(t) for t in full.values())
