@@ -35,8 +35,9 @@ def _materializations(project_root: Path, root: Path) -> dict:
             tags = {k: v for k, v in (mat.tags or {}).items()
                     if k.startswith(("dagster/code_version", "dagster/input_data_version"))}
             found[(event.asset_key.to_user_string(), mat.partition)] = (metadata, tags)
-        checks = sorted((c.check_name, c.passed, dict(c.metadata))
-                        for c in result.get_asset_check_evaluations())
+        checks = sorted(((c.asset_key.to_user_string(), c.check_name, c.passed,
+                          dict(c.metadata)) for c in result.get_asset_check_evaluations()),
+                        key=repr)
     return {"materializations": found, "checks": checks}
 
 
@@ -47,7 +48,7 @@ def test_batch_metadata_is_what_dagsters_own_call_records(project_root, tmp_path
     # Without the step's accumulator, add_batch_metadata takes Dagster's public call.
     monkeypatch.setattr(metadata_module, "_ACCUMULATOR", "_no_such_attribute")
     public = _materializations(project_root, tmp_path / "public")
-    assert len(ours["materializations"]) == 9 * 3  # nine per-batch assets, three batches
+    assert len(ours["materializations"]) == 11 * 3  # eleven per-batch assets, three batches
     assert ours == public
     meta, _tags = ours["materializations"][("trajectory_summaries", "sample_agent_runs02")]
     assert meta["path"].endswith("sample_agent_runs02.parquet") and "preview" in meta
