@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from eval_pipeline.models import Step, Trajectory
-from eval_pipeline.tool_registry import ToolRegistry
+from eval_pipeline.tool_registry import ToolRegistry, default_registry
 
 FilterMode = Literal["remove", "flag"]
 
@@ -197,19 +197,64 @@ def repair_tags(text: str, tool_tags: Sequence[str]) -> TagRepair:
     return TagRepair.model_construct(text="".join(out), fixes=fixes)
 
 
-def _call_signature(step: Step) -> str:
+_ONE_ELEMENT = re.compile(r"\s*<([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>(.*)</\1\s*>\s*", re.DOTALL)
+
+
+def _single_element(text: str) -> tuple[str, str] | None:
+    """``<tag ...>body</tag>`` and nothing else around it -> (tag, body); else ``None``.
+
+    The body must not open or close another ``<tag>`` of the same name: a wrapper holding
+    two calls (``<x><a>1</a><a>2</a></x>`` peeled to ``<a>1</a><a>2</a>``) is not one call,
+    and a greedy match would read it as ``<a>`` with body ``1</a><a>2``.
+    """
+    match = _ONE_ELEMENT.fullmatch(text)
+    if match is None:
+        return None
+    tag, body = match.group(1), match.group(2)
+    if re.search(rf"</?{re.escape(tag)}(?:[\s/>])", body, re.IGNORECASE):
+        return None
+    return tag.lower(), body
+
+
+def call_identity(step: Step, registry: ToolRegistry) -> str:
+    """What the call *does*: its tool type, action and whitespace-normalized input.
+
+    The parser keeps a call's text as the agent wrote it, wrappers included: a stray
+    ``<tool_code>`` around ``<browser_use>`` makes the parser read ``browser_use`` as the
+    action and the inner action tag as the input, so a retry written once with and once
+    without the wrapper looked like two different calls (a real agent-data-platform log
+    does exactly this). Tags that are not tools are peeled off until a tool tag is reached;
+    a call whose text is not a single tool element (chat formats, ``<tool_call>`` JSON, a
+    wrapper holding text or several calls) keeps the parser's own name and input.
+    """
+    tags = set(registry.tool_tags)
+    text = step.content
+    element = _single_element(text)
+    while element is not None and element[0] not in tags:
+        text = element[1]
+        element = _single_element(text)
+    if element is not None:
+        tag, body = element
+        action = _single_element(body)
+        name, tool_input = action if action is not None else (tag, body)
+        # Typed by the tool tag: the parser typed a wrapped call by its wrapper's first
+        # inner tag, which for two wrappers is the inner wrapper (generic).
+        tool_type = registry.tool_type_for_tag(tag)
+        return f"{tool_type}:{name}:{' '.join(tool_input.split())}"
     body = step.tool_input if step.tool_input is not None else step.content
     return f"{step.tool_type}:{step.tool_name}:{' '.join(body.split())}"
 
 
-def find_consecutive_duplicates(steps: Sequence[Step]) -> list[str]:
-    """Consecutive tool calls with the same tool and the same parameters."""
-    calls = [s for s in steps if s.kind == "tool_call"]
-    return [
-        _call_signature(b)[:200]
-        for a, b in pairwise(calls)
-        if _call_signature(a) == _call_signature(b)
-    ]
+def find_consecutive_duplicates(steps: Sequence[Step],
+                                registry: ToolRegistry | None = None) -> list[str]:
+    """Consecutive tool calls doing the same thing (same tool, action and parameters).
+
+    Compared by :func:`call_identity`, so a wrapper tag that is not a tool does not hide
+    a repeat. ``registry`` (which tags are tools) defaults to the built-in one.
+    """
+    reg = default_registry() if registry is None else registry
+    identities = [call_identity(s, reg) for s in steps if s.kind == "tool_call"]
+    return [b[:200] for a, b in pairwise(identities) if a == b]
 
 
 def tag_analysis(text: str, steps: Sequence[Step]) -> dict[str, int]:
@@ -246,7 +291,7 @@ def preprocess_one(
             )
     steps = trajectory.steps
     count = sum(1 for s in steps if s.kind == "tool_call")
-    duplicates = find_consecutive_duplicates(steps)
+    duplicates = find_consecutive_duplicates(steps, registry)
     flags: list[str] = []
     reason: str | None = None
     if count > config.beta_threshold:
