@@ -418,6 +418,9 @@ def command(args: argparse.Namespace) -> int:
         print(f"eval-pipeline: error: {exc}", file=sys.stderr)
         return 1
     print(render_text(result))
+    if not result.pairing.paired_tasks:
+        print("eval-pipeline: warning: no task id is in both runs; nothing was compared "
+              "(are they runs of the same tasks?)", file=sys.stderr)
     if args.output is not None:
         written = write_outputs(result, args.output)
         print(f"\nwrote {', '.join(str(p) for p in written)}")

@@ -236,6 +236,16 @@ def test_cli_compare_errors_in_one_line(tmp_path, capsys):
     assert "compare takes two runs" in capsys.readouterr().err
 
 
+def test_cli_compare_warns_when_no_task_is_in_both(tmp_path, capsys):
+    _summaries(["x1", "x2"], [0.1, 0.2]).to_parquet(tmp_path / "a.parquet")
+    _summaries(["y1"], [0.3]).to_parquet(tmp_path / "b.parquet")
+    assert main(["compare", str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]) == 0
+    captured = capsys.readouterr()
+    assert "no task id is in both runs" in captured.err
+    assert "only in A (not compared): 2 tasks: x1, x2" in captured.out
+    assert "only in B (not compared): 1 tasks: y1" in captured.out
+
+
 @pytest.mark.slow
 def test_two_identical_runs_on_the_sample_data_show_no_difference(project_root, tmp_path,
                                                                   monkeypatch, capsys):
