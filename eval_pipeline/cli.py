@@ -1,5 +1,7 @@
 """``eval-pipeline run INPUT --output DIR``: the whole asset graph, in-process, through Dagster.
 
+``eval-pipeline compare A B`` compares two earlier runs (:mod:`eval_pipeline.compare`).
+
 Argument parsing and the printed summary; :mod:`eval_pipeline.local_run` does the work
 (the same Definitions and jobs the UI runs, recorded in the instance under DAGSTER_HOME).
 """
@@ -16,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import ValidationError
 
-from eval_pipeline import progress
+from eval_pipeline import compare, progress
 from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.judges.config import JudgeConfig, load_judges, parse_judges
 from eval_pipeline.local_run import (
@@ -362,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
         "forget", help="unregister batch partitions from the instance (e.g. whose batch "
         "file is gone); their Parquet stays in the store")
     forget.add_argument("batches", nargs="+", help="batch partition keys")
+    compare.add_parser(sub)
     return parser
 
 
@@ -428,6 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "forget":
         return forget_command(args.batches)
+    if args.command == "compare":
+        return compare.command(args)
     if not args.verbose:
         hide_beta_warnings()
     try:
