@@ -215,9 +215,10 @@ def test_cli_on_the_sample_data_reports_the_react_accuracies(project_root, tmp_p
         summaries["overall_trajectory_score"].mean())
 
     first = json.loads((out / "evaluated.jsonl").read_text("utf-8").splitlines()[0])
+    # the original's files' key order (num_clips beside total_clips), then ours
     assert list(first["evaluation_metadata"]) == [
-        "total_clips", "num_models", "model_names", "successful_evaluations", "success_rate",
-        "overall_trajectory_score", "tool_averages", "react_evaluations"]
+        "num_clips", "num_models", "model_names", "total_clips", "successful_evaluations",
+        "success_rate", "overall_trajectory_score", "tool_averages", "react_evaluations"]
     assert "<react_checks>thought_to_tool: " in first["full_response_with_evaluations"]
     assert "<trajectory_evaluation>" in first["full_response_with_evaluations"]
 

@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 
 from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION
+from eval_pipeline.judges.check import _PROMPT as CHECK_PROMPT
 from eval_pipeline.local_run import ensure_dagster_home
 from eval_pipeline.splitting import split_drop
 from eval_pipeline_tests.judges.fake_servers import FakeLLMServer
@@ -35,9 +36,12 @@ JUDGE_KEY = ("judgments", "gpt")
 
 
 def _user_prompts(server: FakeLLMServer, start: int = 0) -> list[str]:
+    """The judgment requests the server got: not the UI resource's one-token endpoint
+    check, which every run launched from the UI location makes once per judge."""
     with server._lock:
         recorded = list(server.requests[start:])
-    return [r.body["messages"][-1]["content"] for r in recorded]
+    prompts = [r.body["messages"][-1]["content"] for r in recorded]
+    return [p for p in prompts if p != CHECK_PROMPT]
 
 
 def _prepare(project_root: Path, work: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -109,7 +113,7 @@ def test_a_killed_ui_run_resumes_without_repeating_cached_calls(project_root, tm
         clean = tmp_path / "clean"
         keys = _prepare(project_root, clean, monkeypatch)
         _finish(_launch(project_root, clean, judges, keys, "clean"), clean, "clean")
-        total = server.calls
+        total = len(_user_prompts(server))  # judgment requests of an uninterrupted run
         assert total > 100
 
         work = tmp_path / "crashed"
