@@ -11,6 +11,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
+import pandas as pd
 import pytest
 
 from eval_pipeline.defs.pipeline.assets.judging import (
@@ -246,3 +247,38 @@ def test_repeats_is_validated(value: object, message: str) -> None:
     with pytest.raises(JudgesFileError) as info:
         parse_judges({"judges": [{"name": "gpt", "provider": "heuristic", "repeats": value}]})
     assert str(info.value) == message
+
+
+@pytest.mark.slow
+def test_cli_run_with_repeats_writes_the_spread(varying_server, tmp_path, monkeypatch,
+                                                project_root, isolated_store):
+    """Through the whole Dagster graph: each judgment asked twice, one Parquet row with its
+    spread; raising repeats to 3 asks once more per judgment and no more."""
+    from eval_pipeline.cli import main
+
+    sample = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
+    if not sample.is_file():
+        pytest.skip("sample drop not present")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("E2E_OPENAI_KEY", SECRET)
+    judges = tmp_path / "judges.yaml"
+    out = tmp_path / "out"
+
+    def run_cli(repeats: int) -> pd.DataFrame:
+        judges.write_text(
+            "judges:\n  - name: gpt\n    provider: openai\n    model: gpt-4.1-mini\n"
+            f"    base_url: {varying_server.base_url}\n    api_key_env: E2E_OPENAI_KEY\n"
+            f"    repeats: {repeats}\n    evaluations: [clip_rubric]\n", "utf-8")
+        assert main(["run", str(sample), "--output", str(out), "--judges", str(judges)]) == 0
+        return pd.read_parquet(out / "judgments__gpt.parquet")
+
+    table = run_cli(2)
+    assert (table["status"] == "ok").all() and (table["repeats_ok"] == 2).all()
+    assert varying_server.calls == 2 * len(table)
+    assert all(json.loads(s) for s in table["score_std"])
+    assert table["straddles"].dtype == bool
+
+    calls = varying_server.calls
+    table = run_cli(3)
+    assert varying_server.calls == calls + len(table)
+    assert (table["repeats_ok"] == 3).all()
