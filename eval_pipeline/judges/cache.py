@@ -7,7 +7,8 @@ stored, so a failure is retried on the next run and a resumed batch pays only fo
 did not finish.
 
 The key covers everything that shapes the answer: provider, endpoint, model, parameters,
-the rendered system and user prompts, the output schema and the template version.
+the rendered system and user prompts, the output schema and the template version, and
+for the second and later repeats of a judgment (``repeats``) the repeat's index.
 """
 
 from __future__ import annotations
@@ -36,8 +37,12 @@ def default_cache_path() -> Path:
     return base / CACHE_FILENAME
 
 
-def cache_key(identity: dict[str, Any], request: JudgeRequest) -> str:
-    material = {
+def cache_key(identity: dict[str, Any], request: JudgeRequest, repeat: int = 0) -> str:
+    """The key of one call. ``repeat`` (a judge's ``repeats``) is in the key only from the
+    second repeat on: repeat 0 keeps the key it always had, so a cache filled before
+    ``repeats`` existed (or with ``repeats: 1``) still answers it, and raising ``repeats``
+    from 2 to 3 asks only for the third."""
+    material: dict[str, Any] = {
         "format": CACHE_FORMAT,
         "identity": identity,
         "evaluation_kind": request.evaluation_kind,
@@ -47,6 +52,8 @@ def cache_key(identity: dict[str, Any], request: JudgeRequest) -> str:
         "schema": schema_version(request.metrics, request.labels),
         "template_version": request.template_version,
     }
+    if repeat:
+        material["repeat"] = repeat
     blob = json.dumps(material, sort_keys=True, ensure_ascii=False).encode("utf-8")
     return hashlib.sha256(blob).hexdigest()
 

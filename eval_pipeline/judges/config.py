@@ -94,6 +94,12 @@ class JudgeConfig(BaseModel):
         "result) an LLM judge is sent, in characters; a longer one keeps its head and tail "
         "around a marker saying how much was left out, and the row records it "
         "(truncated_chars). The heuristic judge reads every field whole.")
+    repeats: int = Field(
+        default=1, ge=1,
+        description="Ask each judgment this many times (each repeat its own call and cache "
+        "entry) to measure the judge's stability: the row keeps the mean over the repeats "
+        "that answered, their per-metric standard deviation (score_std) and whether they "
+        "fall on both sides of the pass threshold (straddles). Cost and calls multiply.")
     evaluations: list[str] = Field(
         default_factory=lambda: list[str](ALL_EVALUATIONS),
         description="Evaluation kinds this judge produces: clip_rubric, thought_to_tool, "

@@ -7,7 +7,9 @@ typical summary length stands in for each. Output tokens are a typical JSON answ
 the ReAct evaluations the judge is configured for (``evaluations``) are counted as the
 independent calls they are, each checked against the cache on its own;
 ``max_cost_usd`` assumes every call uses its whole ``max_tokens``, the bound the budget
-guard reserves against. Repair attempts and retries are not included.
+guard reserves against. A judge with ``repeats: N`` asks every judgment N times, each
+repeat its own call and cache entry, so its calls (those not cached) count N times.
+Repair attempts and retries are not included.
 """
 
 from __future__ import annotations
@@ -107,11 +109,12 @@ def _estimate_one(tasks: Sequence[ClipTask], config: JudgeConfig,
     calls = cached = tokens_in = 0
     for trajectory in by_trajectory.values():
         for request in build_react_requests(trajectory, config.evaluations):
-            if cache and cache.get(cache_key(identity, request)) is not None:
-                cached += 1
-                continue
-            calls += 1
-            tokens_in += estimate_tokens(request.system_prompt, request.user_prompt)
+            for repeat in range(config.repeats):
+                if cache and cache.get(cache_key(identity, request, repeat)) is not None:
+                    cached += 1
+                    continue
+                calls += 1
+                tokens_in += estimate_tokens(request.system_prompt, request.user_prompt)
         if EVAL_KIND_CLIP not in config.evaluations:
             continue
         summaries: list[str] = []
@@ -119,15 +122,18 @@ def _estimate_one(tasks: Sequence[ClipTask], config: JudgeConfig,
         for task in sorted(trajectory, key=lambda t: t.clip_index):
             context, _ = chain_context(summaries, config.context_budget_chars)
             request = build_request(task, context)
-            hit = cache.get(cache_key(identity, request)) if cache and hits_so_far else None
-            if hit is not None:
-                cached += 1
-                if hit.summary:  # as the run's chain: an empty summary adds nothing
-                    summaries.append(hit.summary)
+            # The chain carries repeat 0's summary; the other repeats are the same prompt.
+            hits = [cache.get(cache_key(identity, request, repeat))
+                    if cache and hits_so_far else None for repeat in range(config.repeats)]
+            missed = sum(hit is None for hit in hits)
+            cached += config.repeats - missed
+            calls += missed
+            tokens_in += missed * estimate_tokens(request.system_prompt, request.user_prompt)
+            if hits[0] is not None:
+                if hits[0].summary:  # as the run's chain: an empty summary adds nothing
+                    summaries.append(hits[0].summary)
                 continue
             hits_so_far = False
-            calls += 1
-            tokens_in += estimate_tokens(request.system_prompt, request.user_prompt)
             summaries.append(_PLACEHOLDER_SUMMARY)
     tokens_out = calls * min(output_tokens, config.max_tokens)
     return JudgeEstimate(

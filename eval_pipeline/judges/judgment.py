@@ -59,6 +59,7 @@ class JudgeRuntime:
     price: Price | None = None
     max_tokens: int = 2000
     context_budget_chars: int | None = None
+    repeats: int = 1  # times each judgment is asked (see eval_pipeline.judges.repeats)
 
     @classmethod
     def from_config(cls, config: JudgeConfig, *, cache: JudgeCache | None = None,
@@ -86,6 +87,7 @@ class JudgeRuntime:
             price=price,
             max_tokens=config.max_tokens,
             context_budget_chars=config.context_budget_chars,
+            repeats=config.repeats,
         )
 
     def cost(self, tokens_in: int, tokens_out: int) -> float:
@@ -191,12 +193,14 @@ async def _call(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime, tall
 
 
 async def judge_one(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime | None = None,
-                    *, priority: float = 0.0, context_dropped: int = 0) -> JudgmentRow:
+                    *, priority: float = 0.0, context_dropped: int = 0,
+                    repeat: int = 0) -> JudgmentRow:
     """Judge one request; never raises (a failure is a failed row).
 
     ``priority`` orders this request's provider calls among the judge's waiting ones
     (smaller first); ``context_dropped`` is recorded on the row (earlier summaries left
-    out of ``previous_context`` by the chain bound).
+    out of ``previous_context`` by the chain bound); ``repeat`` is the index of this ask
+    among the judge's ``repeats`` (its own cache entry from 1 on, see :func:`cache_key`).
     """
     runtime = runtime or JudgeRuntime()
     secrets = tuple(getattr(judge, "secrets", ()) or ())
@@ -232,13 +236,14 @@ async def judge_one(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime |
             tokens_out=tally.tokens_out if not cached else (reply.tokens_out if reply else 0),
             cost_usd=0.0 if cached else runtime.cost(tally.tokens_in, tally.tokens_out),
             latency_s=time.perf_counter() - started, cached=cached,
-            attempts=tally.attempts, repaired=repaired,
+            attempts=tally.attempts, repaired=repaired, repeats_ok=int(ok),
             reply_mode=str(getattr(judge, "reply_mode", "") or ""),
         )
 
     try:
         identity = getattr(judge, "cache_identity", None)
-        key = cache_key(identity(), request) if runtime.cache is not None and identity else None
+        key = (cache_key(identity(), request, repeat)
+               if runtime.cache is not None and identity else None)
         if key is not None and runtime.cache is not None:
             hit = await runtime.cache.aget(key)
             if hit is not None:

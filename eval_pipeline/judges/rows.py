@@ -51,6 +51,16 @@ class JudgmentRow(BaseModel):
     truncated_chars: int = Field(
         default=0, description="Characters left out of the trajectory fields in this row's "
         "prompt by the judge's input_max_chars (head and tail kept around a marker)")
+    repeats_ok: int = Field(
+        default=0, description="Repeats of this judgment that answered (the judge's "
+        "``repeats``; 1 for an ok row of a judge that asks once, 0 for a failed row); the "
+        "scores are their mean")
+    score_std: str = Field(
+        default="{}", description="JSON object metric -> population standard deviation of "
+        "the ok repeats' scores; '{}' with fewer than two ok repeats (no spread measured)")
+    straddles: bool = Field(
+        default=False, description="The ok repeats fall on both sides of the pass "
+        "threshold (0.5) for some metric, or, for a ReAct kind, their labels disagree")
 
 
 class RunSummary(BaseModel):

@@ -15,7 +15,8 @@ no scores. A judge whose circuit breaker opens stops calling its provider; its j
 not yet done become failed rows ("circuit breaker open: <reason>") and nothing is raised:
 the cache keeps every finished call, so a rerun resumes where this one stopped. Several
 judges run at the same time in one event loop (:func:`run_judges`); one dead provider never
-costs the others' work.
+costs the others' work. A judge with ``repeats: N`` asks each judgment N times and still
+leaves one row per judgment (:mod:`eval_pipeline.judges.repeats`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from eval_pipeline.judges.base import ClipTask, Judge, JudgeRequest
 from eval_pipeline.judges.errors import redact
 from eval_pipeline.judges.judgment import JudgeRuntime, judge_one
 from eval_pipeline.judges.limits import CallLimiter
+from eval_pipeline.judges.repeats import judge_repeated
 from eval_pipeline.judges.reply import InvalidReply, validate_reply
 from eval_pipeline.judges.requests import build_react_requests, build_request, chain_context
 from eval_pipeline.judges.rows import JudgmentRow, RunSummary, summarize_rows
@@ -100,20 +102,21 @@ async def _judge_chain(judge: Judge, tasks: list[ClipTask], runtime: JudgeRuntim
     ordered = sorted(tasks, key=lambda t: t.clip_index)
     for done, task in enumerate(ordered):
         context, dropped = chain_context(summaries, runtime.context_budget_chars)
-        row = await judge_one(judge, build_request(task, context), runtime,
-                              priority=-(len(ordered) - done), context_dropped=dropped)
+        row, summary = await judge_repeated(judge, build_request(task, context), runtime,
+                                            priority=-(len(ordered) - done),
+                                            context_dropped=dropped)
         rows.append(row)
         if progress is not None:
             progress(1, 0)
-        if row.success and row.summary:
-            summaries.append(row.summary)
+        if summary:
+            summaries.append(summary)
     return rows
 
 
 async def _judge_single(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime,
                         progress: Callable[[int, int], None] | None = None
                         ) -> list[JudgmentRow]:
-    row = await judge_one(judge, request, runtime, priority=-1)
+    row, _ = await judge_repeated(judge, request, runtime, priority=-1)
     if progress is not None:
         progress(1, 0)
     return [row]

@@ -71,6 +71,9 @@ class LLMJudgeResource(dg.ConfigurableResource):
     budget_usd: float | None = None
     context_budget_chars: int | None = None
     input_max_chars: int | None = None
+    repeats: int | None = Field(
+        default=None, description="Times each judgment is asked (default 1): see "
+        "docs/judges.md, Repeats")
     evaluations: list[str] | None = Field(
         default=None, description="Evaluation kinds to produce (default: all four)")
     api_key: str | None = Field(default=None, description="Bound from EnvVar(api_key_env)")

@@ -29,6 +29,7 @@ from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.judges.base import ClipTask
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
+from eval_pipeline.judges.repeats import mean_per_clip_std, straddling
 from eval_pipeline.judges.runner import JudgmentRow, summarize_rows
 from eval_pipeline.rubrics import templates_version
 from eval_pipeline.scoring import average_judgments
@@ -41,20 +42,23 @@ JUDGMENT_COLUMNS = list(JudgmentRow.model_fields)
 _MODULE = {"heuristic": "heuristic", "openai": "openai_judge",
            "openai_compatible": "openai_judge", "anthropic": "anthropic_judge"}
 # Fields that change the answer a judge gives; limits and prices do not. ``evaluations``
-# changes which rows the asset holds, so it versions the asset too.
+# changes which rows the asset holds, so it versions the asset too; ``repeats`` changes the
+# rows' means and spreads (left out at 1, so a judge asking once keeps the version it had).
 _ANSWER_SHAPING = ("provider", "model", "base_url", "preset", "project", "location",
                    "output_mode", "schema_bounds", "score_steps", "text_max_chars",
                    "temperature", "max_tokens",
-                   "context_budget_chars", "input_max_chars", "evaluations")
+                   "context_budget_chars", "input_max_chars", "evaluations", "repeats")
 
 
 def judge_code_version(config: JudgeConfig) -> str:
     fields = set(_ANSWER_SHAPING)
     if config.provider == "heuristic":
         fields.discard("input_max_chars")  # the heuristic reads every field whole
+    if config.repeats == 1:
+        fields.discard("repeats")
     shaping = config.model_dump_json(include=fields)
     modules = ["eval_pipeline.rubrics", "eval_pipeline.judges.runner",
-               "eval_pipeline.judges.judgment",
+               "eval_pipeline.judges.judgment", "eval_pipeline.judges.repeats",
                "eval_pipeline.judges.requests", "eval_pipeline.judges.reply",
                f"eval_pipeline.judges.{_MODULE[config.provider]}"]
     if config.provider != "heuristic":
@@ -210,6 +214,10 @@ def judgment_metadata(config: JudgeConfig, rows: Sequence[JudgmentRow], table: p
         "rows_by_kind": dg.MetadataValue.json(
             {str(k): int(n) for k, n in table["evaluation_kind"].value_counts().items()}),
         "metric_means": dg.MetadataValue.json(metric_means(ok["scores"])),
+        "repeats": config.repeats,
+        "mean_per_clip_std": dg.MetadataValue.float(spread) if (
+            spread := mean_per_clip_std(rows)) is not None else dg.MetadataValue.null(),
+        "straddling_clips": straddling(rows),
         "preview": preview(table, ["clip_index", "evaluation_kind", "tool_type", "status",
                                    "scores", "label", "summary", "error"]),
     }
