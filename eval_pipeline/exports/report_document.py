@@ -186,6 +186,21 @@ def _records(table: pd.DataFrame | None) -> list[dict[str, Any]]:
              for k, v in r.items()} for r in table.to_dict("records")]
 
 
+def _int(value: Any) -> int | None:
+    """A count read back from a column with gaps (Parquet makes it float)."""
+    return None if value is None else int(value)
+
+
+_COUNTS = {"items", "judges", "disagreements", "true_positive", "false_positive",
+           "false_negative", "true_negative", "outcome_labelled", "step_labelled",
+           "routing_checked", "trajectories", "scored_trajectories", "total_clips",
+           "successful_evaluations"}
+
+
+def _cells(row: Mapping[str, Any], cols: Sequence[str]) -> list[Any]:
+    return [_int(row.get(c)) if c in _COUNTS else row.get(c) for c in cols]
+
+
 def _json(value: Any) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) and value else {}
 
@@ -196,7 +211,7 @@ def metrics_section(report: pd.DataFrame | None) -> Section | None:
     if not rows:
         return None
     cols = [c for c in _METRIC_COLUMNS if c in rows[0]]
-    section = Section("Metrics", [Table(cols, [[r[c] for c in cols] for r in rows])])
+    section = Section("Metrics", [Table(cols, [_cells(r, cols) for r in rows])])
     overall = next((r for r in rows if r["batch"] == "ALL"), None)
     means = _json(overall.get("tool_type_means")) if overall else {}
     if means:
@@ -213,7 +228,7 @@ def react_section(report: pd.DataFrame | None) -> Section | None:
     scored = [r for r in rows if any(r.get(c) is not None for c in cols[1:])]
     if not scored:
         return None
-    section = Section("ReAct metrics", [Table(cols, [[r[c] for c in cols] for r in rows])])
+    section = Section("ReAct metrics", [Table(cols, [_cells(r, cols) for r in rows])])
     overall = next((r for r in rows if r["batch"] == "ALL"), None)
     usage = _json(overall.get("tool_usage")) if overall else {}
     if usage:
@@ -230,7 +245,7 @@ def routing_section(report: pd.DataFrame | None, routing_text: str | None) -> Se
     if not rows:
         return None
     section = Section("Routing", [Table(["batch", "cases checked", "pass rate"],
-                                        [[r["batch"], r["routing_checked"],
+                                        [[r["batch"], _int(r["routing_checked"]),
                                           r["routing_pass_rate"]] for r in rows])])
     if routing_text:
         section.blocks.append(Preformatted(routing_text))
@@ -245,7 +260,7 @@ def agreement_section(agreement: pd.DataFrame | None, scatter: str | None) -> Se
     cols = ["batch", "evaluation_kind", "metric", "items", "judges", "krippendorff_alpha",
             "fleiss_kappa", "mean_spread", "max_spread", "disagreements"]
     section = Section("Judges against each other",
-                      [Table(cols, [[r.get(c) for c in cols] for r in rows])])
+                      [Table(cols, [_cells(r, cols) for r in rows])])
     if scatter:
         section.blocks.append(Image(scatter, "judge-vs-judge clip scores"))
     return section
@@ -266,12 +281,12 @@ def human_section(report: pd.DataFrame | None, agreement: pd.DataFrame | None,
     if labelled:
         cols = ["batch", "outcome_auc", "outcome_labelled", "step_label_auc", "step_labelled"]
         section.blocks += [Text("AUC of the averaged scores against the labels (0.5 is chance):"),
-                           Table(cols, [[r.get(c) for c in cols] for r in labelled])]
+                           Table(cols, [_cells(r, cols) for r in labelled])]
     if per_judge:
         cols = ["batch", "comparison", "judge", "items", "accuracy", "cohen_kappa",
                 "true_positive", "false_positive", "false_negative", "true_negative", "auc"]
         section.blocks += [Text("Per judge (a score of 0.5 or more is the judge's good):"),
-                           Table(cols, [[r.get(c) for c in cols] for r in per_judge])]
+                           Table(cols, [_cells(r, cols) for r in per_judge])]
     if confusion:
         section.blocks.append(Image(confusion, "judge-vs-human confusion matrices"))
     review = [r for r in _records(disagreements)

@@ -89,7 +89,9 @@ def plot_confusion(matrices: Mapping[tuple[str, str], tuple[int, int, int, int]]
         ax.imshow(grid, cmap="Blues", vmin=0)
         for r in range(2):
             for c in range(2):
-                ax.text(c, r, str(grid[r][c]), ha="center", va="center", fontsize=12)
+                dark = grid[r][c] > max(tp, fp, fn, tn) / 2
+                ax.text(c, r, str(grid[r][c]), ha="center", va="center", fontsize=12,
+                        color="white" if dark else "black")
         ax.set_xticks([0, 1])
         ax.set_xticklabels(["judge good", "judge bad"])
         ax.set_yticks([0, 1])
