@@ -488,3 +488,22 @@ def load_report_tables(output_dir: Path) -> dict[str, pd.DataFrame]:
 def write_report(output_dir: Path, compare: Path | None = None) -> list[str]:
     """Regenerate the report from an output folder of an earlier run."""
     return write_report_document(load_report_tables(output_dir), output_dir, compare)
+
+
+METADATA_LIMIT = 20_000
+"""Characters of the asset's markdown metadata: the UI renders it in a side panel, and the
+event log stores it with every materialization; the full document is ``report.md``."""
+
+
+def report_metadata_markdown(report: pd.DataFrame) -> str:
+    """The sections the ``evaluation_report`` asset can make from its own table (ReAct tool
+    usage, routing, label AUCs; the agreement tables are not its inputs), for its markdown
+    metadata beside :func:`~eval_pipeline.report.report_markdown`, cut at
+    :data:`METADATA_LIMIT`."""
+    found = [react_section(report), routing_section(report, None),
+             human_section(report, None, None, {}, None)]
+    text = render_markdown([s for s in found if s is not None]) if any(found) else ""
+    if len(text) > METADATA_LIMIT:
+        cut = text.rfind("\n", 0, METADATA_LIMIT)
+        text = text[:cut] + "\n\n_(cut here: the whole report is report.md in the output)_\n"
+    return text

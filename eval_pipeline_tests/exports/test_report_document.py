@@ -166,3 +166,49 @@ def test_comparison_only_when_compare_ran(full_run, tmp_path):
     md = (full_run / REPORT_MD).read_text("utf-8")
     assert "## Comparison" in md and "(compare.md)" in md and "+0.125" in md
     assert '<a href="compare.md">' in (full_run / REPORT_HTML).read_text("utf-8")
+
+
+def test_asset_metadata_sections_stay_small():
+    from eval_pipeline.exports.report_document import METADATA_LIMIT, report_metadata_markdown
+
+    text = report_metadata_markdown(_report())
+    assert "## ReAct metrics" in text and "| web_search | 7 | 6 | 0.833 |" in text
+    assert "## Routing" in text and "## Judges against the human labels" in text
+    many = pd.concat([_report()] * 400, ignore_index=True)
+    cut = report_metadata_markdown(many)
+    assert len(cut) <= METADATA_LIMIT + 100 and "report.md" in cut.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_cli_run_writes_the_report(project_root, tmp_path, monkeypatch, capsys):
+    import dagster as dg
+
+    from eval_pipeline.cli import main
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    out = tmp_path / "out"
+    assert main(["run", str(project_root / "data"), "--output", str(out),
+                 "--store", str(tmp_path / "store")]) == 0
+    capsys.readouterr()
+    md = (out / REPORT_MD).read_text("utf-8")
+    report = pd.read_parquet(out / "evaluation_report.parquet")
+    overall = report[report["batch"] == "ALL"].iloc[0]
+    assert f"| ALL | {overall['trajectories']} |" in md
+    assert fmt(float(overall["mean_overall_score"])) in md.split("## ReAct")[0]
+    react = md.split("## ReAct metrics")[1].split("\n## ")[0]
+    assert fmt(float(overall["thought_to_tool_accuracy"])) in react
+    judgments = pd.read_parquet(out / "judgments__heuristic.parquet")
+    assert f"| heuristic | {judgments['tool_type'].iloc[0]} |" in md
+    assert "## Comparison" not in md
+    html_text = (out / REPORT_HTML).read_text("utf-8")
+    assert f"<td>{fmt(float(overall['mean_overall_score']))}</td>" in html_text
+    assert _png_size(out / PLOTS_DIR / SCORE_PLOT)[0] >= 200
+    assert not (out / PLOTS_DIR / SCATTER_PLOT).exists()  # one judge: no pair to plot
+    if int(overall["outcome_labelled"]):
+        assert _png_size(out / PLOTS_DIR / CONFUSION_PLOT)[0] >= 200
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        event = instance.get_latest_materialization_event(dg.AssetKey("evaluation_report"))
+        assert event is not None and event.asset_materialization is not None
+        text = event.asset_materialization.metadata["report"].value
+    assert "## ReAct metrics" in text and "Tool usage (all batches):" in text
