@@ -212,3 +212,16 @@ def test_cli_run_writes_the_report(project_root, tmp_path, monkeypatch, capsys):
         assert event is not None and event.asset_materialization is not None
         text = event.asset_materialization.metadata["report"].value
     assert "## ReAct metrics" in text and "Tool usage (all batches):" in text
+
+
+def test_report_verb_regenerates_with_a_comparison(full_run, tmp_path, capsys):
+    from eval_pipeline.cli import main
+
+    elsewhere = tmp_path / "cmp"
+    elsewhere.mkdir()
+    (elsewhere / "compare.md").write_text("| sequence_optimality | -0.250 |\n", "utf-8")
+    assert main(["report", str(full_run), "--compare", str(elsewhere)]) == 0
+    assert str(full_run / REPORT_MD) in capsys.readouterr().out
+    md = (full_run / REPORT_MD).read_text("utf-8")
+    assert "## Comparison" in md and "-0.250" in md
+    assert main(["report", str(tmp_path / "nothing")]) == 1
