@@ -365,7 +365,27 @@ def build_parser() -> argparse.ArgumentParser:
         "file is gone); their Parquet stays in the store")
     forget.add_argument("batches", nargs="+", help="batch partition keys")
     compare.add_parser(sub)
+    report = sub.add_parser(
+        "report", help="rewrite report.md, report.html and plots/ from a run's --output "
+        "folder (no Dagster run)")
+    report.add_argument("folder", type=Path, help="an earlier run's --output folder")
+    report.add_argument("--compare", type=Path, default=None,
+                        help="a compare.md, or the compare verb's --output folder, to "
+                        "include (default: compare.md in the folder, if there)")
     return parser
+
+
+def report_command(folder: Path, compare_md: Path | None) -> int:
+    """``eval-pipeline report OUT``: the document again, e.g. after ``compare``."""
+    from eval_pipeline.exports.report_document import write_report
+
+    if not (folder / "evaluation_report.parquet").is_file():
+        print(f"eval-pipeline: error: no evaluation_report.parquet in {folder}",
+              file=sys.stderr)
+        return 1
+    for name in write_report(folder, compare_md):
+        print(folder / name)
+    return 0
 
 
 def forget_command(batches: Sequence[str]) -> int:
@@ -433,6 +453,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return forget_command(args.batches)
     if args.command == "compare":
         return compare.command(args)
+    if args.command == "report":
+        return report_command(args.folder, args.compare)
     if not args.verbose:
         hide_beta_warnings()
     try:

@@ -8,7 +8,9 @@
 - :mod:`~eval_pipeline.exports.phoenix`: ``phoenix_evaluations/`` for Phoenix's
   ``log_evaluations``;
 - :mod:`~eval_pipeline.exports.react_metrics`: ``react_metrics.txt``, the ReAct figures as
-  the framework prints them.
+  the framework prints them;
+- :mod:`~eval_pipeline.exports.report_document`: ``report.md``, ``report.html`` and
+  ``plots/*.png``, the report a person reads.
 
 Each module turns tables into content without touching Dagster or the disk layout;
 :func:`write_exports` writes them all, each file or folder swapped in whole.
@@ -35,6 +37,7 @@ from eval_pipeline.exports.judge_details import (
 )
 from eval_pipeline.exports.phoenix import PHOENIX_DIR, phoenix_evaluations, write_phoenix
 from eval_pipeline.exports.react_metrics import REACT_METRICS_FILE, react_metrics_text
+from eval_pipeline.exports.report_document import write_report_document
 
 __all__ = ["CLIP_SCORES_FILE", "JUDGE_DETAILS_DIR", "PHOENIX_DIR", "REACT_METRICS_FILE",
            "dataeva_metadata", "evaluated_record", "write_exports"]
@@ -83,4 +86,5 @@ def write_exports(tables: Mapping[str, pd.DataFrame], output: Path) -> list[str]
 
         write_atomic(output / REACT_METRICS_FILE, write_text)
         written.append(REACT_METRICS_FILE)
+    written += write_report_document(tables, output)
     return written

@@ -9,6 +9,7 @@ import pandas as pd
 from eval_pipeline.defs.pipeline.assets.changes import report_changes, summary_changes
 from eval_pipeline.defs.pipeline.assets.metadata import per_batch_output, preview
 from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
+from eval_pipeline.exports.report_document import report_metadata_markdown
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
 from eval_pipeline.report import (
@@ -80,7 +81,9 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
             "trajectories": int(overall["trajectories"].iloc[0]) if len(overall) else 0,
             REPORT_MEAN_KEY: dg.MetadataValue.float(float(mean))
             if mean is not None and pd.notna(mean) else dg.MetadataValue.null(),
-            "report": dg.MetadataValue.md(report_markdown(report, last_mean)),
+            "report": dg.MetadataValue.md(
+                "\n\n".join(part for part in (report_markdown(report, last_mean),
+                                              report_metadata_markdown(report)) if part)),
             **report_changes(context.instance, report, configs),
         }
         if last_mean is not None and mean is not None and pd.notna(mean):

@@ -1,0 +1,509 @@
+"""``report.md``, ``report.html`` and ``plots/*.png``: the run's report for a person.
+
+Built only from the tables the CLI exports (``evaluation_report``, ``judge_agreement``,
+``judge_disagreements``, ``judgments__<judge>``, ``routing_checks``), so
+:func:`write_report` can regenerate it from an output folder without Dagster. The document
+is a list of :class:`Section` of plain blocks, rendered twice (Markdown, HTML) so both say
+the same; a section with no data is left out rather than shown empty.
+
+Judge text (summaries, reasoning) and source text (task ids, prompts) are untrusted: in
+HTML every string goes through :func:`html.escape`; in Markdown a table cell cannot close
+its row (``|`` escaped, newlines folded) nor open raw HTML (``<``, ``>``, ``&`` escaped), and
+a preformatted block's fence is longer than any backtick run inside it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pandas as pd
+
+from eval_pipeline.atomic import replace_folder, write_atomic
+from eval_pipeline.rubrics import EVAL_KIND_CLIP
+
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+PLOTS_DIR = "plots"
+COMPARE_MD = "compare.md"
+SCORE_PLOT = "score_distribution.png"
+SCATTER_PLOT = "judge_vs_judge.png"
+CONFUSION_PLOT = "judge_vs_human.png"
+REVIEW_ROWS = 20
+"""Items listed for review: enough to start reading, small enough to read."""
+TEXT_LIMIT = 200
+"""Characters of a judge's text shown in a table cell."""
+_JUDGMENT_COLUMNS = ["trajectory_id", "clip_index", "evaluation_kind", "tool_type", "status",
+                     "scores", "summary", "reasoning"]
+
+
+# --- the document model ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[Any]]
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True)
+class Preformatted:
+    text: str
+
+
+@dataclass(frozen=True)
+class Image:
+    path: str
+    """Relative to the document."""
+    alt: str
+
+
+@dataclass(frozen=True)
+class Link:
+    href: str
+    text: str
+
+
+Block = Table | Text | Preformatted | Image | Link
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+
+
+def fmt(value: Any) -> str:
+    """One cell: floats to 3 decimals, missing values as an en dash (never 0)."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _clip(text: Any, limit: int = TEXT_LIMIT) -> str:
+    s = "" if text is None or (isinstance(text, float) and pd.isna(text)) else str(text)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+
+def md_cell(value: Any) -> str:
+    """A Markdown table cell that cannot end its row or start raw HTML."""
+    text = html.escape(fmt(value), quote=False)
+    text = re.sub(r"\s*[\r\n]+\s*", " ", text)
+    return text.replace("|", "\\|")
+
+
+def _fence(text: str) -> str:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def render_markdown(sections: Sequence[Section], title: str | None = None) -> str:
+    out: list[str] = [f"# {title}", ""] if title else []
+    for section in sections:
+        out += [f"## {section.title}", ""]
+        for block in section.blocks:
+            if isinstance(block, Table):
+                out.append("| " + " | ".join(md_cell(h) for h in block.headers) + " |")
+                out.append("|" + "---|" * len(block.headers))
+                out += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in block.rows]
+            elif isinstance(block, Text):
+                out.append(block.text)
+            elif isinstance(block, Preformatted):
+                fence = _fence(block.text)
+                out += [fence, block.text.rstrip("\n"), fence]
+            elif isinstance(block, Image):
+                out.append(f"![{md_cell(block.alt)}]({block.path})")
+            else:
+                out.append(f"[{md_cell(block.text)}]({block.href})")
+            out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+_CSS = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
+        "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}"
+        "pre{background:#f6f6f6;padding:1em;overflow-x:auto}img{max-width:100%}")
+
+
+def render_html(sections: Sequence[Section], title: str) -> str:
+    e = html.escape
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>{e(title)}</title><style>{_CSS}</style></head><body>", f"<h1>{e(title)}</h1>"]
+    for section in sections:
+        out.append(f"<h2>{e(section.title)}</h2>")
+        for block in section.blocks:
+            if isinstance(block, Table):
+                out.append("<table><thead><tr>" + "".join(f"<th>{e(h)}</th>"
+                                                          for h in block.headers)
+                           + "</tr></thead><tbody>")
+                out += ["<tr>" + "".join(f"<td>{e(fmt(c))}</td>" for c in row) + "</tr>"
+                        for row in block.rows]
+                out.append("</tbody></table>")
+            elif isinstance(block, Text):
+                out.append(f"<p>{e(block.text)}</p>")
+            elif isinstance(block, Preformatted):
+                out.append(f"<pre>{e(block.text)}</pre>")
+            elif isinstance(block, Image):
+                out.append(f'<p><img src="{e(block.path)}" alt="{e(block.alt)}"></p>')
+            else:
+                out.append(f'<p><a href="{e(block.href)}">{e(block.text)}</a></p>')
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+# --- sections from tables ----------------------------------------------------------------
+
+_METRIC_COLUMNS = ["batch", "trajectories", "scored_trajectories", "total_clips",
+                   "successful_evaluations", "clip_success_rate", "mean_overall_score",
+                   "agent_success_rate"]
+_REACT_COLUMNS = ["batch", "thought_to_tool_accuracy", "query_to_thought_accuracy",
+                  "sequence_optimality_accuracy", "combined_accuracy"]
+
+
+def _records(table: pd.DataFrame | None) -> list[dict[str, Any]]:
+    if table is None or not len(table):
+        return []
+    return [{str(k): (None if isinstance(v, float) and pd.isna(v) else v)
+             for k, v in r.items()} for r in table.to_dict("records")]
+
+
+def _int(value: Any) -> int | None:
+    """A count read back from a column with gaps (Parquet makes it float)."""
+    return None if value is None else int(value)
+
+
+_COUNTS = {"items", "judges", "disagreements", "true_positive", "false_positive",
+           "false_negative", "true_negative", "outcome_labelled", "step_labelled",
+           "routing_checked", "trajectories", "scored_trajectories", "total_clips",
+           "successful_evaluations"}
+
+
+def _cells(row: Mapping[str, Any], cols: Sequence[str]) -> list[Any]:
+    return [_int(row.get(c)) if c in _COUNTS else row.get(c) for c in cols]
+
+
+def _json(value: Any) -> dict[str, Any]:
+    return json.loads(value) if isinstance(value, str) and value else {}
+
+
+def metrics_section(report: pd.DataFrame | None) -> Section | None:
+    """The original tool's figures per batch and for all batches, and the tool-type means."""
+    rows = _records(report)
+    if not rows:
+        return None
+    cols = [c for c in _METRIC_COLUMNS if c in rows[0]]
+    section = Section("Metrics", [Table(cols, [_cells(r, cols) for r in rows])])
+    overall = next((r for r in rows if r["batch"] == "ALL"), None)
+    means = _json(overall.get("tool_type_means")) if overall else {}
+    if means:
+        section.blocks += [Text("Mean score per tool type (all batches):"),
+                           Table(["tool type", "mean score"],
+                                 [[t, float(v)] for t, v in means.items()])]
+    return section
+
+
+def react_section(report: pd.DataFrame | None) -> Section | None:
+    """The ReAct accuracies per batch and the tool usage breakdown, when any was scored."""
+    rows = _records(report)
+    cols = [c for c in _REACT_COLUMNS if rows and c in rows[0]]
+    scored = [r for r in rows if any(r.get(c) is not None for c in cols[1:])]
+    if not scored:
+        return None
+    section = Section("ReAct metrics", [Table(cols, [_cells(r, cols) for r in rows])])
+    overall = next((r for r in rows if r["batch"] == "ALL"), None)
+    usage = _json(overall.get("tool_usage")) if overall else {}
+    if usage:
+        section.blocks += [Text("Tool usage (all batches):"),
+                           Table(["tool", "calls", "judged", "share correct"],
+                                 [[t, u.get("calls"), u.get("scored"), u.get("share_correct")]
+                                  for t, u in usage.items()])]
+    return section
+
+
+def routing_section(report: pd.DataFrame | None, routing_text: str | None) -> Section | None:
+    """Pass rates of the expected-tool checks, and the eval-suite report when it is given."""
+    rows = [r for r in _records(report) if (r.get("routing_checked") or 0) > 0]
+    if not rows:
+        return None
+    section = Section("Routing", [Table(["batch", "cases checked", "pass rate"],
+                                        [[r["batch"], _int(r["routing_checked"]),
+                                          r["routing_pass_rate"]] for r in rows])])
+    if routing_text:
+        section.blocks.append(Preformatted(routing_text))
+    return section
+
+
+def agreement_section(agreement: pd.DataFrame | None, scatter: str | None) -> Section | None:
+    """Do the judges agree with each other? (two or more judges)."""
+    rows = [r for r in _records(agreement) if r.get("comparison") == "between_judges"]
+    if not rows:
+        return None
+    cols = ["batch", "evaluation_kind", "metric", "items", "judges", "krippendorff_alpha",
+            "fleiss_kappa", "mean_spread", "max_spread", "disagreements"]
+    section = Section("Judges against each other",
+                      [Table(cols, [_cells(r, cols) for r in rows])])
+    if scatter:
+        section.blocks.append(Image(scatter, "judge-vs-judge clip scores"))
+    return section
+
+
+def human_section(report: pd.DataFrame | None, agreement: pd.DataFrame | None,
+                  disagreements: pd.DataFrame | None, judge_text: Mapping[tuple[str, str, int],
+                                                                          str],
+                  confusion: str | None) -> Section | None:
+    """Does each judge agree with the labels the source carries?"""
+    labelled = [r for r in _records(report)
+                if (r.get("outcome_labelled") or 0) + (r.get("step_labelled") or 0) > 0]
+    per_judge = [r for r in _records(agreement)
+                 if r.get("comparison") in ("step_label", "outcome")]
+    if not labelled and not per_judge:
+        return None
+    section = Section("Judges against the human labels")
+    if labelled:
+        cols = ["batch", "outcome_auc", "outcome_labelled", "step_label_auc", "step_labelled"]
+        section.blocks += [Text("AUC of the averaged scores against the labels (0.5 is chance):"),
+                           Table(cols, [_cells(r, cols) for r in labelled])]
+    if per_judge:
+        cols = ["batch", "comparison", "judge", "items", "accuracy", "cohen_kappa",
+                "true_positive", "false_positive", "false_negative", "true_negative", "auc"]
+        section.blocks += [Text("Per judge (a score of 0.5 or more is the judge's good):"),
+                           Table(cols, [_cells(r, cols) for r in per_judge])]
+    if confusion:
+        section.blocks.append(Image(confusion, "judge-vs-human confusion matrices"))
+    review = [r for r in _records(disagreements)
+              if r.get("comparison") in ("step_label", "outcome")]
+    if review:
+        section.blocks += [
+            Text(f"Items where a judge's decision is not the human's "
+                 f"({len(review)}; the first {min(len(review), REVIEW_ROWS)}):"),
+            Table(["comparison", "judge", "trajectory", "task", "clip", "human label",
+                   "judge score", "judge's summary"],
+                  [[r["comparison"], r.get("judge"), r["trajectory_id"], r.get("task_id"),
+                    r.get("clip_index"), r.get("human_label"), r.get("judge_score"),
+                    _clip(judge_text.get((str(r.get("judge")), str(r["trajectory_id"]),
+                                          int(r["clip_index"])), ""))
+                    if r.get("clip_index") is not None else ""]
+                   for r in review[:REVIEW_ROWS]])]
+    return section
+
+
+def clip_scores(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Each judge's rubric score per clip (the mean of its metrics), with the judge's text."""
+    rows: list[tuple[Any, ...]] = []
+    for judge, table in sorted(judgments.items()):
+        if not len(table):
+            continue
+        ok = table[(table["status"] == "ok") & (table["evaluation_kind"] == EVAL_KIND_CLIP)]
+        for r in ok.to_dict("records"):
+            values = [float(v) for v in _json(r["scores"]).values() if v is not None]
+            if values:
+                rows.append((judge, r["trajectory_id"], int(r["clip_index"]), r["tool_type"],
+                             sum(values) / len(values),
+                             r.get("summary") or r.get("reasoning") or ""))
+    return pd.DataFrame(rows, columns=["judge", "trajectory_id", "clip_index", "tool_type",
+                                       "score", "text"])
+
+
+def distribution_section(scores: pd.DataFrame, plot: str | None) -> Section | None:
+    """Clip scores per judge and tool type, and the lowest-scored clips with the judge's
+    summary (where a reader starts looking)."""
+    if not len(scores):
+        return None
+    stats = (scores.groupby(["judge", "tool_type"], sort=True)["score"]
+             .agg(["count", "mean", "min", "max"]).reset_index())
+    section = Section("Score distribution", [Table(
+        ["judge", "tool type", "clips", "mean", "min", "max"],
+        [[r["judge"], r["tool_type"], int(r["count"]), float(r["mean"]), float(r["min"]),
+          float(r["max"])] for r in stats.to_dict("records")])])
+    if plot:
+        section.blocks.append(Image(plot, "clip score distribution per judge and tool type"))
+    lowest = scores.sort_values(["score", "trajectory_id", "clip_index"]).head(10)
+    section.blocks += [Text("Lowest-scored clips:"), Table(
+        ["judge", "trajectory", "clip", "tool type", "score", "judge's summary"],
+        [[r["judge"], r["trajectory_id"], r["clip_index"], r["tool_type"], r["score"],
+          _clip(r["text"])] for r in lowest.to_dict("records")])]
+    return section
+
+
+def comparison_section(compare_md: Path | None, base: Path) -> Section | None:
+    """The ``compare`` verb's tables, only when the user ran one (it is not this run's)."""
+    if compare_md is None or not compare_md.is_file():
+        return None
+    try:
+        href = compare_md.resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        href = compare_md.resolve().as_uri()
+    return Section("Comparison", [Link(href, f"The comparison ({compare_md.name})"),
+                                  Preformatted(compare_md.read_text("utf-8"))])
+
+
+# --- plots and writing -------------------------------------------------------------------
+
+
+def _plots(scores: pd.DataFrame, agreement: pd.DataFrame | None, folder: Path) -> list[str]:
+    from eval_pipeline.exports.report_plots import (
+        plot_confusion,
+        plot_judge_scatter,
+        plot_score_distribution,
+    )
+
+    drawn: list[str] = []
+    if len(scores):
+        groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for judge, tool, score in zip(scores["judge"], scores["tool_type"], scores["score"],
+                                      strict=True):
+            groups[(str(judge), str(tool))].append(float(score))
+        if plot_score_distribution(groups, folder / SCORE_PLOT):
+            drawn.append(SCORE_PLOT)
+        judges = sorted(scores["judge"].unique())
+        wide = scores.pivot_table(index=["trajectory_id", "clip_index"], columns="judge",
+                                  values="score", aggfunc="first")
+        pairs = {}
+        for i, a in enumerate(judges):
+            for b in judges[i + 1:]:
+                both = wide[[a, b]].dropna()
+                pairs[(str(a), str(b))] = (both[a].tolist(), both[b].tolist())
+        if pairs and plot_judge_scatter(pairs, folder / SCATTER_PLOT):
+            drawn.append(SCATTER_PLOT)
+    matrices: dict[tuple[str, str], list[int]] = {}
+    for r in _records(agreement):
+        if r.get("comparison") in ("step_label", "outcome") and r.get("true_positive") is not None:
+            m = matrices.setdefault((str(r["judge"]), str(r["comparison"])), [0, 0, 0, 0])
+            for i, c in enumerate(("true_positive", "false_positive", "false_negative",
+                                   "true_negative")):
+                m[i] += int(r[c] or 0)
+    if plot_confusion({k: (v[0], v[1], v[2], v[3]) for k, v in matrices.items()},
+                      folder / CONFUSION_PLOT):
+        drawn.append(CONFUSION_PLOT)
+    return drawn
+
+
+def report_sections(tables: Mapping[str, pd.DataFrame], routing_text: str | None = None,
+                    plots: Sequence[str] = (), compare_md: Path | None = None,
+                    base: Path = Path(".")) -> list[Section]:
+    """Every section that has data, in reading order; ``plots`` are the PNG names drawn."""
+    report = tables.get("evaluation_report")
+    agreement = tables.get("judge_agreement")
+    judgments = {n[len("judgments__"):]: t for n, t in tables.items()
+                 if n.startswith("judgments__")}
+    scores = clip_scores(judgments)
+    judge_text = {(str(j), str(t), int(c)): str(x) for j, t, c, x in zip(
+        scores["judge"], scores["trajectory_id"], scores["clip_index"], scores["text"],
+        strict=True)}
+
+    def img(name: str) -> str | None:
+        return f"{PLOTS_DIR}/{name}" if name in plots else None
+
+    found = [metrics_section(report), react_section(report),
+             routing_section(report, routing_text),
+             distribution_section(scores, img(SCORE_PLOT)),
+             agreement_section(agreement, img(SCATTER_PLOT)),
+             human_section(report, agreement, tables.get("judge_disagreements"), judge_text,
+                           img(CONFUSION_PLOT)),
+             comparison_section(compare_md, base)]
+    return [s for s in found if s is not None]
+
+
+def routing_text_of(tables: Mapping[str, pd.DataFrame]) -> str | None:
+    """The eval-suite report (as ``routing_report.txt``), rebuilt from the tables."""
+    from eval_pipeline.routing import render_report, results_from_table
+
+    routing = tables.get("routing_checks")
+    if routing is None or not len(routing):
+        return None
+    kept = tables.get("preprocessed_trajectories")
+    prompts = (dict(zip(kept["trajectory_id"], kept["task_description"], strict=True))
+               if kept is not None and len(kept) and "task_description" in kept.columns
+               else {})
+    return render_report(results_from_table(routing, prompts))
+
+
+def write_report_document(tables: Mapping[str, pd.DataFrame], output: Path,
+                          compare: Path | None = None) -> list[str]:
+    """Write ``report.md``, ``report.html`` and ``plots/`` into ``output``; the names
+    written. ``compare``: a ``compare.md`` (or the folder holding it) to include; by default
+    the one in ``output`` when the ``compare`` verb wrote one there."""
+    compare_md = compare / COMPARE_MD if compare is not None and compare.is_dir() else compare
+    if compare_md is None and (output / COMPARE_MD).is_file():
+        compare_md = output / COMPARE_MD
+    judgments = {n[len("judgments__"):]: t for n, t in tables.items()
+                 if n.startswith("judgments__")}
+    drawn: list[str] = []
+    replace_folder(output / PLOTS_DIR,
+                   lambda folder: drawn.extend(_plots(clip_scores(judgments),
+                                                      tables.get("judge_agreement"), folder)))
+    if not drawn:
+        shutil.rmtree(output / PLOTS_DIR, ignore_errors=True)
+    sections = report_sections(tables, routing_text_of(tables), drawn, compare_md, output)
+    title = f"Evaluation report: {output.resolve().name}"
+    written = []
+    for name, text in ((REPORT_MD, render_markdown(sections, title)),
+                       (REPORT_HTML, render_html(sections, title))):
+        data = text.encode("utf-8")
+
+        def write(fh: BinaryIO, data: bytes = data) -> None:
+            fh.write(data)
+
+        write_atomic(output / name, write)
+        written.append(name)
+    return written + [f"{PLOTS_DIR}/{name}" for name in drawn]
+
+
+def load_report_tables(output_dir: Path) -> dict[str, pd.DataFrame]:
+    """The exported tables the report reads, without the bulky text columns."""
+    tables: dict[str, pd.DataFrame] = {}
+    for name in ("evaluation_report", "judge_agreement", "judge_disagreements",
+                 "routing_checks"):
+        path = output_dir / f"{name}.parquet"
+        if path.exists():
+            tables[name] = pd.read_parquet(path)
+    kept = output_dir / "preprocessed_trajectories.parquet"
+    if kept.exists():
+        tables["preprocessed_trajectories"] = pd.read_parquet(
+            kept, columns=["trajectory_id", "task_description"])
+    for path in sorted(output_dir.glob("judgments__*.parquet")):
+        tables[path.stem] = pd.read_parquet(path, columns=_JUDGMENT_COLUMNS)
+    return tables
+
+
+def write_report(output_dir: Path, compare: Path | None = None) -> list[str]:
+    """Regenerate the report from an output folder of an earlier run."""
+    return write_report_document(load_report_tables(output_dir), output_dir, compare)
+
+
+METADATA_LIMIT = 20_000
+"""Characters of the asset's markdown metadata: the UI renders it in a side panel, and the
+event log stores it with every materialization; the full document is ``report.md``."""
+
+
+def report_metadata_markdown(report: pd.DataFrame) -> str:
+    """The sections the ``evaluation_report`` asset can make from its own table (ReAct tool
+    usage, routing, label AUCs; the agreement tables are not its inputs), for its markdown
+    metadata beside :func:`~eval_pipeline.report.report_markdown`, cut at
+    :data:`METADATA_LIMIT`."""
+    found = [react_section(report), routing_section(report, None),
+             human_section(report, None, None, {}, None)]
+    text = render_markdown([s for s in found if s is not None]) if any(found) else ""
+    if len(text) > METADATA_LIMIT:
+        cut = text.rfind("\n", 0, METADATA_LIMIT)
+        text = text[:cut] + "\n\n_(cut here: the whole report is report.md in the output)_\n"
+    return text
