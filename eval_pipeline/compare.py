@@ -365,6 +365,9 @@ def write_outputs(result: Comparison, folder: Path) -> list[Path]:
 # --- the CLI verb (parsing lives here so cli.py only registers it) -----------------------
 
 
+EXIT_WORSE = 4  # 1 is an error, 2 bad arguments, 3 failed judgments (run)
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``eval-pipeline compare A B`` or ``eval-pipeline compare RUN --by-agent-version VA VB``."""
     parser = sub.add_parser(
@@ -385,6 +388,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         help=f"tasks listed as moved most per metric (default {TOP_MOVERS})")
     parser.add_argument("--output", "-o", type=Path, default=None,
                         help="write compare.json and compare.md to this folder")
+    parser.add_argument("--fail-on-worse", action="store_true",
+                        help=f"exit {EXIT_WORSE} when a compared metric is worse in B (a CI "
+                        "gate: a regression the bootstrap can tell from noise)")
 
 
 def run(args: argparse.Namespace) -> Comparison:
@@ -424,4 +430,8 @@ def command(args: argparse.Namespace) -> int:
     if args.output is not None:
         written = write_outputs(result, args.output)
         print(f"\nwrote {', '.join(str(p) for p in written)}")
+    worse = [m.metric for m in result.metrics if m.verdict == "worse"]
+    if args.fail_on_worse and worse:
+        print(f"eval-pipeline: worse in B: {', '.join(worse)}", file=sys.stderr)
+        return EXIT_WORSE
     return 0

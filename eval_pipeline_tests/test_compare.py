@@ -266,3 +266,15 @@ def test_two_identical_runs_on_the_sample_data_show_no_difference(project_root, 
         assert m["verdict"] == "no evidence", m
         if m["pairs"]:
             assert m["difference"] == 0 and m["movers"] == []
+
+
+def test_fail_on_worse_gates_a_regression_and_nothing_else(tmp_path, capsys):
+    for shift, code in ((-0.1, compare.EXIT_WORSE), (0.1, 0), (0.0, 0)):
+        a, b = _shifted_pair(shift)
+        a.to_parquet(tmp_path / "a.parquet")
+        b.to_parquet(tmp_path / "b.parquet")
+        args = ["compare", str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+        assert main([*args, "--fail-on-worse"]) == code, shift
+        assert main(args) == 0  # without the flag a verdict is information, not failure
+        err = capsys.readouterr().err
+        assert ("worse in B: overall_trajectory_score" in err) == (code != 0)
