@@ -322,7 +322,7 @@ def main() -> None:
                     figures[(concurrency, "b")].append(layer)
                     prompts = all_requests(work)[:layer[2]]
                     figures[(concurrency, "a")].append(phase(server, partial(
-                        bare_client, prompts=prompts, concurrency=concurrency)))
+                        bare_client, requests=prompts, concurrency=concurrency)))
                     if args.cli:
                         rate, mean, calls, seconds = cli_phase(
                             server, drops[concurrency], concurrency)
