@@ -16,10 +16,9 @@ from pathlib import Path
 
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.routing import ArgumentMode, TrajectoryMode
-from eval_pipeline.routing_suite.model import (
+from eval_pipeline.routing_suite.protocol import (
     NoModelUnderTest,
     ToolCallingModel,
-    model_under_test,
     pick_entry,
 )
 from eval_pipeline.routing_suite.report import mode_summary, render_reports, render_suite_report
@@ -28,6 +27,7 @@ from eval_pipeline.routing_suite.run import (
     SuiteRun,
     run_case,
     run_suite,
+    runs_from_table,
     suite_table,
 )
 from eval_pipeline.routing_suite.spec import (
@@ -43,8 +43,17 @@ __all__ = [
     "CaseOutcome", "NoModelUnderTest", "RoutingSuite", "SuiteCase", "SuiteFileError",
     "SuiteRun", "ToolCallingModel", "ToolDefinition", "load_suite", "mode_summary",
     "model_under_test", "parse_suite", "pick_entry", "render_reports",
-    "render_suite_report", "run_case", "run_suite", "run_suite_files", "suite_table",
+    "render_suite_report", "run_case", "run_suite", "run_suite_files", "runs_from_table",
+    "suite_table",
 ]
+
+
+def model_under_test(config: JudgeConfig, api_key: str | None) -> ToolCallingModel:
+    """The SDK model for a judges-file entry (:func:`.model.model_under_test`), imported
+    only when a suite runs: the SDKs take seconds to import."""
+    from eval_pipeline.routing_suite.model import model_under_test as build
+
+    return build(config, api_key)
 
 
 async def _run_all(config: JudgeConfig, api_key: str | None,

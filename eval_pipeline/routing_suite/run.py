@@ -45,7 +45,7 @@ from eval_pipeline.routing import (
     TrajectoryMode,
     check_routing,
 )
-from eval_pipeline.routing_suite.model import Message, ModelTurn, ToolCallingModel
+from eval_pipeline.routing_suite.protocol import Message, ModelTurn, ToolCallingModel
 from eval_pipeline.routing_suite.spec import RoutingSuite, SuiteCase
 from eval_pipeline.tool_registry import default_registry
 
@@ -263,9 +263,55 @@ def suite_table(runs: Sequence[SuiteRun]) -> pd.DataFrame:
             if r is not None:
                 row.update(r.model_dump(exclude={"trajectory_id", "task_id", "prompt",
                                                  "expected_tools", "actual_tools"}))
+            else:
+                row["match_mode"] = o.case.match_mode or run.match_mode
+                row["argument_mode"] = o.case.argument_mode or run.argument_mode
             rows.append(row)
     table = pd.DataFrame(rows, columns=SUITE_COLUMNS)
     for column in _JSON_COLUMNS:
         table[column] = [None if v is None or (isinstance(v, float) and pd.isna(v))
                          else json.dumps(v, ensure_ascii=False) for v in table[column]]
     return table
+
+
+def _loaded(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and pd.isna(value))
+
+
+def runs_from_table(table: pd.DataFrame) -> list[SuiteRun]:
+    """The runs back from stored ``routing_suite_results`` rows, to print their report
+    (the CLI prints it from the table the asset wrote, as the UI shows it)."""
+    runs: dict[tuple[str, str], SuiteRun] = {}
+    for row in table.to_dict("records"):
+        key = (str(row["suite"]), str(row["model_under_test"]))
+        run = runs.get(key)
+        if run is None:
+            run = runs[key] = SuiteRun(
+                suite=key[0], suite_file=str(row["suite_file"]), model_name=key[1],
+                provider=str(row["provider"]), model=str(row["model"]),
+                match_mode=row["match_mode"], argument_mode=row["argument_mode"])
+        case = SuiteCase.model_construct(name=str(row["case"]), prompt=str(row["prompt"]))
+        result = None
+        if row["status"] != "error":
+            data = {k: (_loaded(row[k]) if k in _JSON_COLUMNS else row[k])
+                    if _present(row[k]) else None
+                    for k in RoutingResult.model_fields if k in row}
+            data.update(trajectory_id=row["trajectory_id"], task_id=row["case"],
+                        prompt=row["prompt"])
+            result = RoutingResult.model_validate(data)
+        run.outcomes.append(CaseOutcome(
+            suite=key[0], case=case, status=row["status"], result=result,
+            expected_tools=_loaded(row["expected_tools"]),
+            actual_tools=_loaded(row["actual_tools"]),
+            conversation=_loaded(row["messages"]) or [],
+            error=row["error"] if _present(row["error"]) else None,
+            turns=int(row["turns"]), stopped_at_max_turns=bool(row["stopped_at_max_turns"]),
+            final_answer=str(row["final_answer"] or ""), tokens_in=int(row["tokens_in"]),
+            tokens_out=int(row["tokens_out"]),
+            cost_usd=float(row["cost_usd"]) if _present(row["cost_usd"]) else None,
+            latency_s=float(row["latency_s"])))
+    return list(runs.values())

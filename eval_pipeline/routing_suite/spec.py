@@ -53,6 +53,7 @@ from eval_pipeline.routing import (
 # What both OpenAI (function names) and Anthropic (tool names) accept.
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 DEFAULT_MAX_TURNS = 5
+SUITE_SUFFIXES = (".yaml", ".yml", ".json")
 # What a tool without a canned result answers: the call worked and returned nothing in
 # particular, so the model can go on (the document's runner answers every mocked call).
 DEFAULT_TOOL_RESULT: dict[str, Any] = {"status": "ok"}
