@@ -236,6 +236,9 @@ SUITE_COLUMNS = [
     "turns", "stopped_at_max_turns", "final_answer", "tokens_in", "tokens_out", "cost_usd",
     "latency_s", "trajectory_id", "messages",
 ]
+_VERDICT_COLUMNS = ("passed", *(f"{m}_passed" for m in TRAJECTORY_MODES), "bfcl_passed",
+                    "arguments_passed")
+_COUNT_COLUMNS = ("expected_calls_matched", "expected_calls_total", "arguments_checked")
 _JSON_COLUMNS = ("mode_results", "expected_tools", "actual_tools", "expected_groups",
                  "actual_groups", "missing", "unexpected", "argument_failures", "messages")
 
@@ -268,6 +271,11 @@ def suite_table(runs: Sequence[SuiteRun]) -> pd.DataFrame:
                 row["argument_mode"] = o.case.argument_mode or run.argument_mode
             rows.append(row)
     table = pd.DataFrame(rows, columns=SUITE_COLUMNS)
+    # Nullable types: an error row has no verdict, which is neither False nor NaN.
+    for column in _VERDICT_COLUMNS:
+        table[column] = table[column].astype("boolean")
+    for column in _COUNT_COLUMNS:
+        table[column] = table[column].astype("Int64")
     for column in _JSON_COLUMNS:
         table[column] = [None if v is None or (isinstance(v, float) and pd.isna(v))
                          else json.dumps(v, ensure_ascii=False) for v in table[column]]
@@ -279,7 +287,7 @@ def _loaded(value: Any) -> Any:
 
 
 def _present(value: Any) -> bool:
-    return value is not None and not (isinstance(value, float) and pd.isna(value))
+    return value is not None and not (pd.api.types.is_scalar(value) and pd.isna(value))
 
 
 def runs_from_table(table: pd.DataFrame) -> list[SuiteRun]:
