@@ -72,7 +72,8 @@ def build_definitions(
         assets=build_assets(judges),
         jobs=[batch_job, report_job, routing_suite_job],
         sensors=[new_drop_sensor, report_after_batch_sensor],
-        schedules=[build_daily_schedule(), build_routing_suite_schedule()],
+        schedules=[build_daily_schedule(),
+                   build_routing_suite_schedule(model_under_test is not None)],
         resources={
             "io_manager": ParquetIOManager(base_path=assets_dir),
             "pipeline": pipeline or PipelineSettings(),

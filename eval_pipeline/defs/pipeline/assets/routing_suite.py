@@ -168,18 +168,19 @@ routing_suite_job = dg.define_asset_job(
     description="Run every routing eval suite through the model under test.")
 
 
-def build_routing_suite_schedule() -> dg.ScheduleDefinition:
+def build_routing_suite_schedule(configured: bool = False) -> dg.ScheduleDefinition:
     """A fresh schedule per Definitions (a schedule object keeps state from its ticks).
-    Stopped until turned on, as the batch schedule: each tick calls a (paid) model."""
+    Stopped until turned on, as the batch schedule: each tick calls a (paid) model.
+    ``configured``: a model under test is bound; the tick itself needs no resource, so the
+    daemon evaluating it needs no key."""
 
     @dg.schedule(job=routing_suite_job, cron_schedule=SUITE_CRON, execution_timezone="UTC",
                  default_status=dg.DefaultScheduleStatus.STOPPED)
-    def routing_suite_schedule(context: dg.ScheduleEvaluationContext,
-                               model_under_test: LLMJudgeResource
+    def routing_suite_schedule(context: dg.ScheduleEvaluationContext
                                ) -> dg.RunRequest | dg.SkipReason:
         """Every day at 08:00 UTC, as the routing evals document's workflow: run the suites
         through the model under test (skipped while none is configured)."""
-        if model_under_test.provider is None:
+        if not configured:
             return dg.SkipReason(NOT_CONFIGURED)
         return dg.RunRequest(
             run_key=f"routing_suites:{context.scheduled_execution_time:%Y%m%d}")
