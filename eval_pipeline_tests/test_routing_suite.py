@@ -391,3 +391,98 @@ def test_suite_and_case_modes_override_the_runs(server):
     result = run(server, suite)
     assert [(o.result.match_mode, o.status) for o in result.outcomes if o.result] == [
         ("superset", "pass"), ("unordered", "fail")]
+
+
+# -- BFCL corpus cases as a suite, synthetic outputs from the gold answers ------------------
+
+BFCL = ("bfcl", "berkeley-function-call-leaderboard", "bfcl_eval", "data")
+_BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
+
+
+def _json_schema(value: Any) -> Any:
+    """BFCL's function docs as JSON schema, as its own OpenAI handler converts them."""
+    if isinstance(value, dict):
+        out = {k: _json_schema(v) for k, v in value.items()}
+        if out.get("type") == "any":
+            del out["type"]
+        elif isinstance(out.get("type"), str):
+            out["type"] = _BFCL_TYPES.get(out["type"], out["type"])
+        return out
+    return [_json_schema(v) for v in value] if isinstance(value, list) else value
+
+
+def _bfcl_case(question: dict[str, Any], gold: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """A BFCL question as a suite case: its own tools (dotted names underscored, as BFCL
+    sends them to OpenAI-style APIs), its gold calls as acceptable values."""
+    tools = [{"name": f["name"].replace(".", "_"), "description": f.get("description", ""),
+              "parameters": _json_schema(f["parameters"])} for f in question["function"]]
+    calls = [{"name": name, "arguments": args} for call in gold or []
+             for name, args in call.items()]
+    return {"name": question["id"], "prompt": question["question"][0][-1]["content"],
+            "tools": tools, "expected_calls": [calls] if calls else [],
+            "arguments_are_options": True, "max_turns": 1}
+
+
+def _bfcl_outputs(gold: list[dict[str, Any]]) -> list[tuple[str, list[Any], bool]]:
+    """(mutation, the model's calls, BFCL's verdict by construction)."""
+    from eval_pipeline_tests.test_routing_modes import _first_value, _wrong
+
+    correct = [(name.replace(".", "_"),
+                {p: _first_value(v) for p, v in args.items()
+                 if not (isinstance(v, list) and v and v[0] == "")})
+               for call in gold for name, args in call.items()]
+    name0, args0 = correct[0]
+    required = [p for p, v in next(iter(gold[0].values())).items() if "" not in v]
+    out = [("correct", correct, True), ("reversed", correct[::-1], True),
+           ("duplicated call", correct + correct[:1], False),
+           ("wrong function", [("zz_not_a_function", args0), *correct[1:]], False),
+           ("no call", [], False)]
+    if required:
+        wrong = _wrong(next(iter(gold[0].values()))[required[0]])
+        out.append(("wrong value", [(name0, {**args0, required[0]: wrong}), *correct[1:]],
+                    False))
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bfcl_questions_run_as_a_suite_give_bfcls_verdict(corpora_dir, kind):
+    """Real function docs and gold answers through both SDKs: a model that answers with the
+    gold calls (in any order) passes BFCL's check, one that repeats a call, invents a
+    function, gets a value wrong or calls nothing does not; irrelevance questions pass only
+    without a call."""
+    data = corpora_dir.joinpath(*BFCL)
+
+    def records(name: str, limit: int) -> list[dict[str, Any]]:
+        lines = (data / name).read_text("utf-8").splitlines()[:limit]
+        return [json.loads(line) for line in lines]
+
+    answers = {r["id"]: r["ground_truth"]
+               for name in ("BFCL_v4_live_parallel_multiple.json", "BFCL_v4_simple_python.json")
+               for r in records(f"possible_answer/{name}", 10_000)}
+    questions = (records("BFCL_v4_live_parallel_multiple.json", 8)
+                 + records("BFCL_v4_simple_python.json", 4))
+    cases, script, verdicts = [], [], []
+    for q in questions:
+        for mutation, calls, verdict in _bfcl_outputs(answers[q["id"]]):
+            case = _bfcl_case(q, answers[q["id"]])
+            cases.append({**case, "name": f"{q['id']} {mutation}"})
+            script.append(tool_calls(*calls) if calls else text("I will not call anything."))
+            verdicts.append(verdict)
+    for q in records("BFCL_v4_irrelevance.json", 4):
+        for calls, verdict in (([], True), ([(q["function"][0]["name"], {})], False)):
+            cases.append({**_bfcl_case(q, None), "name": f"{q['id']} {len(calls)} calls"})
+            script.append(tool_calls(*calls) if calls else text("No function fits."))
+            verdicts.append(verdict)
+    suite = parse_suite({"name": "bfcl", "cases": cases})
+    fake = FakeLLMServer(kind).start()
+    try:
+        fake.push(*script)
+        result = run(fake, suite)
+        offered = sent_tools(fake, 0)
+    finally:
+        fake.stop()
+    assert offered == [f["name"].replace(".", "_") for f in questions[0]["function"]]
+    got = [(o.case.name, o.result.bfcl_passed if o.case.expected_calls
+            else o.result.passed) for o in result.outcomes if o.result is not None]
+    assert got == [(c["name"], v) for c, v in zip(cases, verdicts, strict=True)]
+    assert result.errors == 0 and len(got) > 70

@@ -124,11 +124,14 @@ class ToolCallingAnthropic(AnthropicJudge):
     async def turn(self, conversation: Sequence[Message],
                    tools: Sequence[ToolDefinition]) -> ModelTurn:
         system, messages = anthropic_messages(conversation)
-        kwargs: dict[str, Any] = {"system": system} if system else {}
+        # Plain dicts in the API's documented shapes; the SDK's TypedDicts add nothing here.
+        kwargs: dict[str, Any] = {"messages": messages,
+                                  "tools": [t.anthropic() for t in tools]}
+        if system:
+            kwargs["system"] = system
         try:
             message = await self._client.messages.create(
-                model=self.model, max_tokens=self.config.max_tokens, messages=messages,
-                tools=[t.anthropic() for t in tools],  # type: ignore[misc]
+                model=self.model, max_tokens=self.config.max_tokens,
                 extra_body=self._body or None, **kwargs)
         except anthropic.APIError as exc:
             raise self._translate(exc) from None
@@ -143,10 +146,10 @@ class ToolCallingAnthropic(AnthropicJudge):
             raise InvalidOutput(f"response cut off at max_tokens={self.config.max_tokens}",
                                 raw_response=text, tokens_in=tokens_in, tokens_out=tokens_out)
         turn = sum(1 for m in conversation if m.get("role") == "assistant")
+        uses: list[Any] = [b for b in message.content if getattr(b, "type", None) == "tool_use"]
         calls = [ToolCall(_call_id(getattr(b, "id", None), turn, i), b.name,
                           json.dumps(b.input, ensure_ascii=False))
-                 for i, b in enumerate(b for b in message.content
-                                       if getattr(b, "type", None) == "tool_use")]
+                 for i, b in enumerate(uses)]
         return ModelTurn(text, calls, message.stop_reason or "", tokens_in, tokens_out)
 
 

@@ -46,7 +46,7 @@ from eval_pipeline.routing import (
     check_routing,
 )
 from eval_pipeline.routing_suite.protocol import Message, ModelTurn, ToolCallingModel
-from eval_pipeline.routing_suite.spec import RoutingSuite, SuiteCase
+from eval_pipeline.routing_suite.spec import RoutingSuite, SuiteCase, ToolDefinition
 from eval_pipeline.tool_registry import default_registry
 
 CaseStatus = Literal["pass", "fail", "error"]
@@ -117,15 +117,16 @@ def _steps(conversation: Sequence[Message]) -> list[Any]:
     return render_messages(list(conversation), default_registry()).steps
 
 
-async def _ask(model: ToolCallingModel, conversation: Sequence[Message], suite: RoutingSuite,
-               limiter: CallLimiter, policy: RetryPolicy) -> ModelTurn:
+async def _ask(model: ToolCallingModel, conversation: Sequence[Message],
+               tools: Sequence[ToolDefinition], limiter: CallLimiter, policy: RetryPolicy
+               ) -> ModelTurn:
     """One model request through the limiter, retried as a judge's request is."""
     budget = RetryBudget(policy)
     while True:
         estimate = estimate_tokens(json.dumps(list(conversation), ensure_ascii=False))
         async with limiter.slot(estimate) as ticket:
             try:
-                turn = await model.turn(conversation, suite.tools)
+                turn = await model.turn(conversation, tools)
             except TransientJudgeError as exc:
                 if exc.rate_limited:
                     limiter.rate_limited_by(ticket, exc.retry_after)
@@ -162,7 +163,7 @@ async def run_case(model: ToolCallingModel, suite: RoutingSuite, case: SuiteCase
             stopped = True
             break
         try:
-            answer = await _ask(model, conversation, suite, limiter, policy)
+            answer = await _ask(model, conversation, suite.tools_for(case), limiter, policy)
         except JudgeError as exc:
             error = redact(str(exc), getattr(model, "secrets", ()))
             tokens_in += getattr(exc, "tokens_in", 0)
@@ -186,6 +187,7 @@ async def run_case(model: ToolCallingModel, suite: RoutingSuite, case: SuiteCase
         result = check_routing(
             trajectory_id(suite.name, case.name, model.name), case.name, steps,
             expected_tools, expected_calls, mode, empty_means_no_call=True,
+            arguments_are_options=case.arguments_are_options,
             argument_mode=argument_mode, rules=rules, prompt=case.prompt)
     price = price_for(model.config, model.model,
                       local=resolve_endpoint(model.config).local)

@@ -132,6 +132,13 @@ class SuiteCase(BaseModel):
     tool_results: dict[str, Any] = Field(
         default_factory=dict, description="Canned results for this case, over the suite's")
     max_turns: int | None = Field(default=None, ge=1)
+    tools: list[ToolDefinition] | None = Field(
+        default=None, description="This case's own tools instead of the suite's (BFCL gives "
+        "each question its own functions)")
+    arguments_are_options: bool = Field(
+        default=False, description="Expected arguments list acceptable values per parameter "
+        "(BFCL's gold answers; \"\" among them: may be left out); the verdict then also "
+        "gives BFCL's (bfcl_passed)")
 
     @model_validator(mode="after")
     def _has_expectation(self) -> SuiteCase:
@@ -156,14 +163,15 @@ class SuiteCase(BaseModel):
 
 
 class RoutingSuite(BaseModel):
-    """A suite file: tools shared by the cases, canned results, cases."""
+    """A suite file: tools shared by the cases (a case may bring its own), canned results,
+    cases."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = ""
     description: str = ""
     system: str | None = Field(default=None, description="System prompt of every case")
-    tools: list[ToolDefinition] = Field(min_length=1)
+    tools: list[ToolDefinition] = Field(default_factory=list)
     tool_results: dict[str, Any] = Field(default_factory=dict)
     default_tool_result: Any = Field(default_factory=lambda: dict(DEFAULT_TOOL_RESULT))
     max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1,
@@ -174,39 +182,54 @@ class RoutingSuite(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> RoutingSuite:
-        names = [t.name for t in self.tools]
-        if len(set(names)) != len(names):
-            raise ValueError(f"tools: {sorted({n for n in names if names.count(n) > 1})} "
-                             "defined twice")
-        offered = {normalize_tool(n) for n in names}
+        for where, tools in [("tools", self.tools)] + [
+                (f"case {c.name!r}, field tools", c.tools or []) for c in self.cases]:
+            names = [t.name for t in tools]
+            if len(set(names)) != len(names):
+                raise ValueError(f"{where}: {sorted({n for n in names if names.count(n) > 1})}"
+                                 " defined twice")
         cases = [c.name for c in self.cases]
         if len(set(cases)) != len(cases):
             dupes = sorted({n for n in cases if cases.count(n) > 1})
             raise ValueError(f"cases: {dupes} used for two cases; names must be unique "
                              "(each is a row and a report line)")
-        for where, results in [("tool_results", self.tool_results)] + [
-                (f"case {c.name!r}, field tool_results", c.tool_results) for c in self.cases]:
-            unknown = [t for t in results if normalize_tool(t) not in offered]
-            if unknown:
-                raise ValueError(f"{where}: canned result for {unknown}, which is not "
-                                 f"among the tools ({', '.join(names)})")
+        everywhere = {normalize_tool(t.name) for t in self.tools} | {
+            normalize_tool(t.name) for c in self.cases for t in c.tools or []}
+        unknown = [t for t in self.tool_results if normalize_tool(t) not in everywhere]
+        if unknown:
+            raise ValueError(f"tool_results: canned result for {unknown}, which is not among "
+                             "the tools")
         for case in self.cases:
+            names = [t.name for t in self.tools_for(case)]
+            if not names:
+                raise ValueError(f"case {case.name!r}: no tools to offer (tools: in the suite "
+                                 "or in the case)")
+            offered = {normalize_tool(n) for n in names}
+            unknown = [t for t in case.tool_results if normalize_tool(t) not in offered]
+            if unknown:
+                raise ValueError(f"case {case.name!r}, field tool_results: canned result for "
+                                 f"{unknown}, which is not among the tools "
+                                 f"({', '.join(names)})")
             try:
-                tools, calls, _ = case.expectation()
+                expected, calls, _ = case.expectation()
             except RecordError as exc:
                 raise ValueError(f"case {case.name!r}: {exc}") from None
-            wanted = list(tools) + [c["name"] for c in calls or []]
+            wanted = list(expected) + [c["name"] for c in calls or []]
             missing = [t for t in wanted if normalize_tool(t) not in offered]
             if missing:
                 raise ValueError(f"case {case.name!r}: expects {missing}, which the model is "
                                  f"never offered (tools: {', '.join(names)})")
         return self
 
+    def tools_for(self, case: SuiteCase) -> list[ToolDefinition]:
+        """What the model is offered in ``case``: its own tools, else the suite's."""
+        return case.tools if case.tools is not None else self.tools
+
     def tool_result(self, case: SuiteCase, tool: str) -> str:
         """The canned answer to a call of ``tool`` in ``case``, as the text a tool message
         carries. A tool the model invented gets an error, as an agent loop answers it."""
         key = normalize_tool(tool)
-        if key not in {normalize_tool(t.name) for t in self.tools}:
+        if key not in {normalize_tool(t.name) for t in self.tools_for(case)}:
             value: Any = {"error": f"unknown tool {tool!r}"}
         else:
             value = next((v for source in (case.tool_results, self.tool_results)

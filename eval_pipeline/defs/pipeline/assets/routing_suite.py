@@ -15,6 +15,7 @@ materializations (one per day on the schedule), each with the report and the pas
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -83,7 +84,7 @@ def _modes(settings: RoutingSuiteSettings) -> tuple[TrajectoryMode, ArgumentMode
     if settings.argument_mode not in ARGUMENT_MODES:
         raise dg.Failure(f"argument_mode {settings.argument_mode!r} is not one of "
                          f"{', '.join(ARGUMENT_MODES)}")
-    return settings.routing_mode, settings.argument_mode  # type: ignore[return-value]
+    return settings.routing_mode, settings.argument_mode
 
 
 async def _run(config: JudgeConfig, api_key: str | None, settings: RoutingSuiteSettings
@@ -130,7 +131,7 @@ async def routing_suite_results(context: dg.AssetExecutionContext,
     return dg.Output(table, metadata=suite_metadata(runs, table))
 
 
-def suite_metadata(runs: list[SuiteRun], table: pd.DataFrame) -> dict[str, object]:
+def suite_metadata(runs: list[SuiteRun], table: pd.DataFrame) -> dict[str, Any]:
     """The report as the document prints it, and the numbers to chart over the days."""
     cases = len(table)
     passed = sum(r.passed for r in runs)
