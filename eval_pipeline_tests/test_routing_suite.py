@@ -486,3 +486,19 @@ def test_bfcl_questions_run_as_a_suite_give_bfcls_verdict(corpora_dir, kind):
             else o.result.passed) for o in result.outcomes if o.result is not None]
     assert got == [(c["name"], v) for c, v in zip(cases, verdicts, strict=True)]
     assert result.errors == 0 and len(got) > 70
+
+
+def test_the_readmes_example_suite_is_a_valid_suite():
+    import re
+
+    import yaml
+
+    readme = (SAMPLE.parents[2] / "README.md").read_text("utf-8")
+    section = readme[readme.index("### Routing eval suites"):]
+    block = re.search(r"```yaml\n(.*?)```", section, re.DOTALL)
+    assert block is not None
+    suite = parse_suite(yaml.safe_load(block.group(1)))
+    _, calls, rules = suite.cases[1].expectation()
+    assert calls == [{"name": "seed_subreddit",
+                      "arguments": {"subreddit": "learnpython", "num_threads": 2}}]
+    assert rules.argument_mode == "superset"
