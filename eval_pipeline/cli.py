@@ -39,6 +39,7 @@ from eval_pipeline.routing import (
     render_report,
     results_from_table,
 )
+from eval_pipeline.routing_suite import command as routing_suite_command
 from eval_pipeline.tool_registry import load_registry
 
 
@@ -365,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
         "file is gone); their Parquet stays in the store")
     forget.add_argument("batches", nargs="+", help="batch partition keys")
     compare.add_parser(sub)
+    routing_suite_command.add_parser(sub)
     report = sub.add_parser(
         "report", help="rewrite report.md, report.html and plots/ from a run's --output "
         "folder (no Dagster run)")
@@ -455,6 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return compare.command(args)
     if args.command == "report":
         return report_command(args.folder, args.compare)
+    if args.command == "suite":
+        return routing_suite_command.command(args)
     if not args.verbose:
         hide_beta_warnings()
     try:

@@ -546,3 +546,32 @@ def _preprocess_in_store(where: Store, input_path: Path, output: Path, one_file:
             written.append(output / f"{base}_preprocessed.jsonl")
     return PreprocessResult(tables, keys, written, where)
 
+
+
+# -- routing eval suites (#13.2) ------------------------------------------------------------
+
+def run_routing_suites(suites: Sequence[Path], model: JudgeConfig, mode: str = "superset",
+                       argument_mode: str = "exact", store: Path | None = None,
+                       log_level: str = "WARNING") -> pd.DataFrame:
+    """``eval-pipeline suite``: materialize ``routing_suite_results`` for these suite files
+    and this model under test, in-process, recording into the instance under DAGSTER_HOME
+    (the UI shows the run and its report); the table it wrote to the store."""
+    import dagster as dg
+
+    from eval_pipeline.defs.pipeline.assets.routing_suite import RoutingSuiteSettings
+    from eval_pipeline.defs.pipeline.definitions import build_definitions
+    from eval_pipeline.judges.config import DEFAULT_JUDGES
+
+    check_judge_keys([model])
+    where = resolve_store(store)
+    record_store(ensure_dagster_home(), where)
+    settings = RoutingSuiteSettings(suites=[str(Path(p).resolve()) for p in suites],
+                                    routing_mode=mode, argument_mode=argument_mode)
+    defs = build_definitions(DEFAULT_JUDGES, assets_dir=str(where.assets),
+                             model_under_test=model, routing_suites=settings)
+    run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+    with dg.DagsterInstance.get() as instance:
+        error = _execute(defs.resolve_job_def("routing_suite_job"), instance, run_config)
+    if error:
+        raise PipelineInputError(f"routing suites failed: {error}")
+    return pd.read_parquet(where.assets / "routing_suite_results.parquet")

@@ -572,21 +572,31 @@ def render_report(results: Sequence[RoutingResult]) -> str:
     if modes:
         lines += ["Mode: " + ", ".join(f"{m} (arguments: {a})" for m, a in modes), ""]
     for r in results:
-        lines.append(f"{'PASS' if r.passed else 'FAIL'}  {r.task_id}")
-        if r.prompt:
-            lines.append(f"  Prompt:    {_one_line(r.prompt)}")
-        lines += [
-            f"  Expected:  {r.expected_tools}",
-            f"  Actual:    {r.actual_tools}",
-            f"  Reason:    {r.reason}",
-        ]
-        if r.arguments_checked:
-            verdict = "ok" if r.arguments_passed else "; ".join(r.argument_failures)
-            lines.append(f"  Arguments: {verdict}")
-        if r.expected_calls_total and not r.passed:
-            lines.append(f"  Partial:   {r.expected_calls_matched}/{r.expected_calls_total} "
-                         "expected calls matched")
-        lines.append("")
+        lines += report_case_lines(r)
     passed = sum(r.passed for r in results)
     lines += ["-" * 80, f"Results: {passed}/{len(results)} passed", bar]
     return "\n".join(lines)
+
+
+def report_case_lines(r: RoutingResult) -> list[str]:
+    """One case's block of the report (``PASS``/``FAIL`` name, prompt, expected, actual,
+    reason), shared by the routing checks' report and the eval suites'."""
+    lines = [f"{'PASS' if r.passed else 'FAIL'}  {r.task_id}"]
+    if r.prompt:
+        lines.append(f"  Prompt:    {one_line(r.prompt)}")
+    lines += [
+        f"  Expected:  {r.expected_tools}",
+        f"  Actual:    {r.actual_tools}",
+        f"  Reason:    {r.reason}",
+    ]
+    if r.arguments_checked:
+        verdict = "ok" if r.arguments_passed else "; ".join(r.argument_failures)
+        lines.append(f"  Arguments: {verdict}")
+    if r.expected_calls_total and not r.passed:
+        lines.append(f"  Partial:   {r.expected_calls_matched}/{r.expected_calls_total} "
+                     "expected calls matched")
+    lines.append("")
+    return lines
+
+
+one_line = _one_line  # for the eval suites' report

@@ -13,7 +13,8 @@ from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.splitting import split_drop
 
-PER_BATCH = dg.AssetSelection.all() - dg.AssetSelection.assets("evaluation_report")
+PER_BATCH = dg.AssetSelection.all() - dg.AssetSelection.assets("evaluation_report",
+                                                               "routing_suite_results")
 
 
 def stage_drop(drop: Path, root: Path, instance: dg.DagsterInstance, split_size: int = 10

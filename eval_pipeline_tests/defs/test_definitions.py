@@ -16,7 +16,7 @@ EXPECTED = {
     "raw_trajectories", "quarantine", "preprocessed_trajectories", "preprocess_report", "clips",
     "routing_checks",
     "judgments/heuristic", "averaged_scores", "trajectory_summaries", "evaluation_report",
-    "judge_agreement", "judge_disagreements",
+    "judge_agreement", "judge_disagreements", "routing_suite_results",
 }
 
 
@@ -26,7 +26,8 @@ def test_code_location_loads_with_every_stage():
     assert keys == EXPECTED
     assert loaded.resolve_job_def("evaluate_batch") is not None
     assert {s.name for s in loaded.sensors} == {"new_drop_sensor", "report_after_batch_sensor"}
-    assert [s.name for s in loaded.schedules] == ["daily_rerun_schedule"]
+    assert [s.name for s in loaded.schedules] == ["daily_rerun_schedule",
+                                                  "routing_suite_schedule"]
 
 
 def test_one_judgments_asset_per_judge_feeding_the_average():

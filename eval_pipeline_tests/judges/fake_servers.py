@@ -61,7 +61,7 @@ class Act:
     """One scripted reaction to a request."""
 
     kind: Literal["ok", "text", "data", "status", "sleep", "reset", "malformed",
-                  "cut"] = "ok"
+                  "cut", "tool_calls", "refusal"] = "ok"
     text: str = ""
     data: dict[str, Any] | None = None
     scores: dict[str, Any] | None = None
@@ -78,6 +78,9 @@ class Act:
     strings: bool = False  # scores as numeric strings ("0.8")
     metric_names: Literal["exact", "title", "upper"] = "exact"  # "Code Correctness"
     cut_off: bool = False  # the answer stopped at max_tokens (finish/stop reason says so)
+    # kind "tool_calls": the calls a model under test makes, (name, arguments) each; two or
+    # more are parallel calls in one assistant message (see ``tool_calls``)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 OK = Act()
@@ -113,6 +116,22 @@ def status(code: int, headers: dict[str, str] | None = None, echo_key: bool = Fa
     """An HTTP error; ``message`` is the error body's text (default "fake error <code>")."""
     return Act(kind="status", status=code, headers=headers or {}, echo_key=echo_key,
                text=message)
+
+
+def tool_calls(*calls: str | tuple[str, dict[str, Any]], text: str = "") -> Act:
+    """A model's tool-calling answer (a routing suite's model under test): one call per
+    item, a tool name or ``(name, arguments)``; two or more come back as parallel calls in
+    one assistant message, as OpenAI's ``tool_calls`` list and Anthropic's ``tool_use``
+    blocks carry them. ``text`` is prose the model writes beside its calls (Anthropic's
+    models usually do). A model that calls no tool is ``text(...)``."""
+    return Act(kind="tool_calls", text=text,
+               calls=[(c, {}) if isinstance(c, str) else (c[0], dict(c[1])) for c in calls])
+
+
+def refusal(message: str) -> Act:
+    """The model declines: OpenAI's ``message.refusal`` (no content), Anthropic's
+    ``stop_reason: refusal`` with the text it wrote."""
+    return Act(kind="refusal", text=message)
 
 
 def sleep(seconds: float) -> Act:
@@ -379,7 +398,48 @@ class FakeLLMServer:
                 for k, v in payload["scores"].items()}
         return payload
 
+    def _tool_calls_answer(self, act: Act, body: dict[str, Any], n: int) -> dict[str, Any]:
+        """The scripted calls in the provider's shape (ids unique per answer), whatever
+        tools the request offered: a real model may call a tool it was not given."""
+        usage_in, usage_out = self.tokens_in, self.tokens_out
+        refused = act.kind == "refusal"
+        if self.kind == "anthropic" and refused:
+            return {"id": f"msg_{n}", "type": "message", "role": "assistant",
+                    "model": body["model"], "content": [{"type": "text", "text": act.text}],
+                    "stop_reason": "refusal", "stop_sequence": None,
+                    "usage": {"input_tokens": usage_in, "output_tokens": usage_out}}
+        if refused:
+            return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0,
+                    "model": body["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                                 "message": {"role": "assistant", "content": None,
+                                             "refusal": act.text}}],
+                    "usage": {"prompt_tokens": usage_in, "completion_tokens": usage_out,
+                              "total_tokens": usage_in + usage_out}}
+        if self.kind == "anthropic":
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": act.text}] if act.text \
+                else []
+            blocks += [{"type": "tool_use", "id": f"toolu_{n}_{i}", "name": name,
+                        "input": arguments} for i, (name, arguments) in enumerate(act.calls)]
+            return {"id": f"msg_{n}", "type": "message", "role": "assistant",
+                    "model": body["model"], "content": blocks, "stop_reason": "tool_use",
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": usage_in, "output_tokens": usage_out}}
+        message = {"role": "assistant", "content": act.text or None, "refusal": None,
+                   "tool_calls": [{"id": f"call_{n}_{i}", "type": "function",
+                                   "function": {"name": name,
+                                                "arguments": json.dumps(arguments)}}
+                                  for i, (name, arguments) in enumerate(act.calls)]}
+        return {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0,
+                "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": None,
+                             "message": message}],
+                "usage": {"prompt_tokens": usage_in, "completion_tokens": usage_out,
+                          "total_tokens": usage_in + usage_out}}
+
     def _answer(self, act: Act, body: dict[str, Any], n: int) -> dict[str, Any]:
+        if act.kind in ("tool_calls", "refusal"):
+            return self._tool_calls_answer(act, body, n)
         payload = self._payload(act, body, n)
         # A server without structured output chats: prose around the JSON by default.
         style = "prose" if self.structured == "none" and act.style == "json" else act.style

@@ -26,10 +26,11 @@ from eval_pipeline.staleness import BATCH_FILE_GONE, BatchState, why_stale
 
 REPORT_KEY = dg.AssetKey("evaluation_report")
 SUMMARIES_KEY = dg.AssetKey("trajectory_summaries")
+ROUTING_SUITE_KEY = dg.AssetKey("routing_suite_results")  # its own job and schedule
 
 batch_job = dg.define_asset_job(
     "evaluate_batch",
-    selection=dg.AssetSelection.all() - dg.AssetSelection.assets(REPORT_KEY),
+    selection=dg.AssetSelection.all() - dg.AssetSelection.assets(REPORT_KEY, ROUTING_SUITE_KEY),
     description="Every per-batch stage for a range of batch partitions (one or many).",
 )
 report_job = dg.define_asset_job(

@@ -18,6 +18,15 @@ from eval_pipeline.defs.pipeline.assets.judging import (
     build_averaged_scores_asset,
     build_judgments_asset,
 )
+from eval_pipeline.defs.pipeline.assets.routing_suite import (
+    RoutingSuiteSettings,
+    build_routing_suite_schedule,
+    model_under_test_from_env,
+    routing_suite_job,
+    routing_suite_resources,
+    routing_suite_results,
+    suites_from_env,
+)
 from eval_pipeline.defs.pipeline.assets.summaries import build_summary_assets
 from eval_pipeline.defs.pipeline.automation import (
     batch_job,
@@ -43,6 +52,7 @@ def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
         routing.routing_checks,
         *described([build_judgments_asset(judges), build_averaged_scores_asset(judges),
                     *build_summary_assets(judges), build_agreement_assets(judges)]),
+        routing_suite_results,
     ]
 
 
@@ -52,18 +62,23 @@ def build_definitions(
     pipeline: PipelineSettings | None = None,
     assets_dir: str | None = None,
     check_judges: bool = False,
+    model_under_test: JudgeConfig | None = None,
+    routing_suites: RoutingSuiteSettings | None = None,
 ) -> dg.Definitions:
     """``check_judges``: each LLM judge resource checks its endpoint when set up (see
-    ``LLMJudgeResource.check_endpoint``)."""
+    ``LLMJudgeResource.check_endpoint``). ``model_under_test``: the judges-file entry the
+    routing eval suites run through (none: ``routing_suite_results`` fails saying so)."""
     return dg.Definitions(
         assets=build_assets(judges),
-        jobs=[batch_job, report_job],
+        jobs=[batch_job, report_job, routing_suite_job],
         sensors=[new_drop_sensor, report_after_batch_sensor],
-        schedules=[build_daily_schedule()],
+        schedules=[build_daily_schedule(),
+                   build_routing_suite_schedule(model_under_test is not None)],
         resources={
             "io_manager": ParquetIOManager(base_path=assets_dir),
             "pipeline": pipeline or PipelineSettings(),
             **judge_resources(judges, check_endpoint=check_judges),
+            **routing_suite_resources(model_under_test, routing_suites),
         },
     )
 
@@ -73,8 +88,11 @@ def location_definitions() -> dg.Definitions:
     in the instance's store (see :mod:`eval_pipeline.store`), as the CLI's. Each LLM judge
     checks its endpoint when its step starts, so a run from the UI with a wrong base_url or
     key fails there in one line."""
+    suites = suites_from_env()
     return build_definitions(load_judges(os.environ.get(JUDGES_FILE_ENV) or None),
-                             check_judges=True)
+                             check_judges=True, model_under_test=model_under_test_from_env(),
+                             routing_suites=RoutingSuiteSettings(suites=suites) if suites
+                             else None)
 
 
 @dg.definitions
