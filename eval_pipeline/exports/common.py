@@ -44,6 +44,10 @@ class TrajectoryInfo(BaseModel):
     task_id: str = ""
     trace_id: str | None = None
     step_span_ids: list[str | None] = []
+    root_span_id: str | None = None
+    """The trace's root span, where trace-level results go back to Phoenix. Tables parsed
+    before it was recorded fall back to the first step's span (the root's when the root
+    carried the task, as agent frameworks' root spans do)."""
 
 
 def trajectory_info(trajectories: pd.DataFrame | None) -> dict[str, TrajectoryInfo]:
@@ -54,12 +58,13 @@ def trajectory_info(trajectories: pd.DataFrame | None) -> dict[str, TrajectoryIn
         extra = _json_object(row.get("extra"))
         trace = extra.get("trace_id")
         spans = extra.get("step_span_ids")
+        steps = [str(s) if s else None for s in spans] if isinstance(spans, list) else []
+        root = extra.get("root_span_id") or (steps[0] if steps else None)
         out[str(row["trajectory_id"])] = TrajectoryInfo(
             trajectory_id=str(row["trajectory_id"]), batch=str(row.get("batch") or ""),
             task_id=str(row.get("task_id") or ""),
             trace_id=str(trace) if trace else None,
-            step_span_ids=[str(s) if s else None for s in spans]
-            if isinstance(spans, list) else [])
+            step_span_ids=steps, root_span_id=str(root) if root else None)
     return out
 
 

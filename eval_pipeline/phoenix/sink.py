@@ -1,0 +1,59 @@
+"""Span annotations (as :func:`eval_pipeline.exports.phoenix.span_annotations` builds them)
+logged to a Phoenix server.
+
+``sync=True`` throughout: Phoenix then answers each chunk with the annotations' ids, and a
+span it does not know is an HTTP 404 instead of an annotation dropped in silence. An
+annotation is keyed by (name, span, identifier), so logging the same rows again updates
+them: a rerun leaves no duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pandas as pd
+
+from eval_pipeline.exports.common import records
+from eval_pipeline.phoenix.connection import PhoenixConnection
+
+CHUNK = 100
+
+
+def sendable(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows as the client reads them: Python ``None`` for every missing value (pandas'
+    NaN would be sent as the label "nan" or a NaN score), metadata as dicts."""
+    rows = records(frame)
+    for row in rows:
+        meta = row.get("metadata")
+        row["metadata"] = json.loads(meta) if isinstance(meta, str) and meta else None
+    return pd.DataFrame(rows, columns=list(frame.columns), dtype=object)
+
+
+def log_annotations(connection: PhoenixConnection, frame: pd.DataFrame,
+                    log: Callable[..., object] | None = None) -> int:
+    """Log every row; the number Phoenix confirmed. Raises
+    :class:`~eval_pipeline.phoenix.connection.PhoenixError` (one line) on any failure."""
+    if not len(frame):
+        return 0
+    client = connection.client()
+    rows = sendable(frame)
+    written = 0
+    for start in range(0, len(rows), CHUNK):
+        part = rows.iloc[start:start + CHUNK]
+        inserted = connection.call("logging span annotations", lambda part=part: (
+            client.spans.log_span_annotations_dataframe(dataframe=part, sync=True)))
+        written += len(inserted or [])
+    return written
+
+
+def read_annotations(connection: PhoenixConnection, span_ids: list[str],
+                     names: list[str] | None = None) -> pd.DataFrame:
+    """The annotations on ``span_ids`` (index ``span_id``; ``annotation_name``,
+    ``identifier``, ``result.label``, ``result.score``, ``result.explanation``,
+    ``metadata``, ...), as Phoenix's UI shows them beside the traces."""
+    client = connection.client()
+    return connection.call("reading span annotations", lambda: (
+        client.spans.get_span_annotations_dataframe(
+            span_ids=span_ids, project_identifier=connection.project,
+            include_annotation_names=names)))
