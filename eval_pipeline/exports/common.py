@@ -117,3 +117,27 @@ def _step_kinds(trajectories: pd.DataFrame | None, info: Mapping[str, Trajectory
         if str(tid) in info and info[str(tid)].step_span_ids and steps is not None:
             out[str(tid)] = [str(s["kind"]) for s in steps]
     return out
+
+
+def with_span_ids(clips: pd.DataFrame, trajectories: pd.DataFrame | None) -> pd.DataFrame:
+    """``clips`` with ``trace_id`` and ``span_id`` (the span the clip is judged on, as
+    :func:`clip_span_ids` picks it): the Phoenix ids stay on the clips, so a clip can be
+    found in Phoenix and its evaluations written back. None for sources without ids; a
+    batch without any is not decoded at all."""
+    out = clips.copy()
+    has_ids = (trajectories is not None and "extra" in trajectories.columns
+               and trajectories["extra"].astype(str).str.contains(
+                   '"trace_id"', regex=False).any())
+    if not len(clips) or not has_ids:
+        out["trace_id"] = pd.Series([None] * len(clips), index=clips.index, dtype=object)
+        out["span_id"] = pd.Series([None] * len(clips), index=clips.index, dtype=object)
+        return out
+    info = trajectory_info(trajectories)
+    spans = clip_span_ids(clips, info, trajectories)
+    tids, indices = clips["trajectory_id"].tolist(), clips["clip_index"].tolist()
+    out["trace_id"] = pd.Series([info[str(t)].trace_id if str(t) in info else None
+                                 for t in tids], index=clips.index, dtype=object)
+    out["span_id"] = pd.Series([spans.get((str(t), int(i))) for t, i in
+                                zip(tids, indices, strict=True)], index=clips.index,
+                               dtype=object)
+    return out

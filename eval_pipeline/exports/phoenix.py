@@ -224,11 +224,14 @@ def _judgment_annotations(row: Mapping[str, object], meta: dict[str, object]
               if v is not None}
     if kind == EVAL_KIND_CLIP:
         summary = str(row.get("summary") or row.get("reasoning") or "") or None
-        return [{"name": eval_name(kind), "label": None,
-                 "score": fmean(scores.values()) if scores else None,
-                 "explanation": summary, "metadata": {**meta, "scores": scores}},
-                *({"name": rubric_metric_name(m), "label": None, "score": v,
-                   "explanation": summary} for m, v in scores.items())]
+        mean: dict[str, object] = {
+            "name": eval_name(kind), "label": None,
+            "score": fmean(scores.values()) if scores else None,
+            "explanation": summary, "metadata": {**meta, "scores": scores}}
+        per_metric: list[dict[str, object]] = [
+            {"name": rubric_metric_name(m), "label": None, "score": v, "explanation": summary}
+            for m, v in scores.items()]
+        return [mean, *per_metric]
     metric = REACT_EVALUATIONS[kind].metric if kind in REACT_EVALUATIONS else None
     score = scores.get(metric) if metric else (fmean(scores.values()) if scores else None)
     return [{"name": eval_name(kind), "label": row.get("label"), "score": score,

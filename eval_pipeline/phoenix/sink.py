@@ -41,8 +41,8 @@ def log_annotations(connection: PhoenixConnection, frame: pd.DataFrame,
     written = 0
     for start in range(0, len(rows), CHUNK):
         part = rows.iloc[start:start + CHUNK]
-        inserted = connection.call("logging span annotations", lambda part=part: (
-            client.spans.log_span_annotations_dataframe(dataframe=part, sync=True)))
+        with connection.errors("logging span annotations"):
+            inserted = client.spans.log_span_annotations_dataframe(dataframe=part, sync=True)
         written += len(inserted or [])
     return written
 

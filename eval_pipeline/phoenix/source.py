@@ -122,9 +122,9 @@ def pull_complete_traces(connection: PhoenixConnection, spans: SpansApi,
     ids = list(by_trace)
     for i in range(0, len(ids), TRACES_PER_QUERY):
         part = ids[i:i + TRACES_PER_QUERY]
-        found = connection.call("reading the spans of new traces", lambda part=part: (
-            spans.get_spans(project_identifier=connection.project, trace_ids=part,
-                            limit=SPANS_PER_TRACE_LIMIT)))
+        with connection.errors("reading the spans of new traces"):
+            found = spans.get_spans(project_identifier=connection.project, trace_ids=part,
+                                    limit=SPANS_PER_TRACE_LIMIT)
         for span in found:
             if _trace_id(span) in by_trace:
                 by_trace[_trace_id(span)].append(span)

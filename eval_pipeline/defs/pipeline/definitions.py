@@ -28,7 +28,12 @@ from eval_pipeline.defs.pipeline.automation import (
 )
 from eval_pipeline.defs.pipeline.io_manager import ParquetIOManager
 from eval_pipeline.defs.pipeline.partitions import described
-from eval_pipeline.defs.pipeline.resources import judge_resources
+from eval_pipeline.defs.pipeline.phoenix import build_phoenix_annotations_asset, phoenix_sensor
+from eval_pipeline.defs.pipeline.resources import (
+    PhoenixResource,
+    judge_resources,
+    phoenix_resource_from_env,
+)
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.judges.config import JudgeConfig, load_judges
 
@@ -52,29 +57,41 @@ def build_definitions(
     pipeline: PipelineSettings | None = None,
     assets_dir: str | None = None,
     check_judges: bool = False,
+    phoenix: PhoenixResource | None = None,
 ) -> dg.Definitions:
     """``check_judges``: each LLM judge resource checks its endpoint when set up (see
-    ``LLMJudgeResource.check_endpoint``)."""
+    ``LLMJudgeResource.check_endpoint``). ``phoenix``: a Phoenix server to read traces from
+    (``phoenix_sensor``) and write the evaluations back to (``phoenix_annotations``)."""
     return dg.Definitions(
-        assets=build_assets(judges),
+        assets=build_assets(judges) + phoenix_assets(judges, phoenix),
         jobs=[batch_job, report_job],
-        sensors=[new_drop_sensor, report_after_batch_sensor],
+        sensors=[new_drop_sensor, report_after_batch_sensor,
+                 *([phoenix_sensor] if phoenix else [])],
         schedules=[build_daily_schedule()],
         resources={
             "io_manager": ParquetIOManager(base_path=assets_dir),
             "pipeline": pipeline or PipelineSettings(),
             **judge_resources(judges, check_endpoint=check_judges),
+            **({"phoenix": phoenix} if phoenix else {}),
         },
     )
 
 
+def phoenix_assets(judges: Sequence[JudgeConfig], phoenix: PhoenixResource | None
+                   ) -> list[dg.AssetsDefinition]:
+    """The write-back asset, only where a Phoenix server is configured: the file pipeline's
+    graph stays as it was."""
+    return [build_phoenix_annotations_asset(judges)] if phoenix else []
+
+
 def location_definitions() -> dg.Definitions:
     """The UI's pipeline: judges from $EVAL_PIPELINE_JUDGES, else the heuristic judge; files
-    in the instance's store (see :mod:`eval_pipeline.store`), as the CLI's. Each LLM judge
+    in the instance's store (see :mod:`eval_pipeline.store`), as the CLI's; a Phoenix source
+    and sink when ``EVAL_PIPELINE_PHOENIX_URL`` is set. Each LLM judge
     checks its endpoint when its step starts, so a run from the UI with a wrong base_url or
     key fails there in one line."""
     return build_definitions(load_judges(os.environ.get(JUDGES_FILE_ENV) or None),
-                             check_judges=True)
+                             check_judges=True, phoenix=phoenix_resource_from_env())
 
 
 @dg.definitions
