@@ -28,7 +28,10 @@ from eval_pipeline.defs.pipeline.automation import (
 )
 from eval_pipeline.defs.pipeline.io_manager import ParquetIOManager
 from eval_pipeline.defs.pipeline.partitions import described
-from eval_pipeline.defs.pipeline.phoenix import build_phoenix_annotations_asset, phoenix_sensor
+from eval_pipeline.defs.pipeline.phoenix import (
+    build_phoenix_annotations_asset,
+    build_phoenix_sensor,
+)
 from eval_pipeline.defs.pipeline.resources import (
     PhoenixResource,
     judge_resources,
@@ -66,7 +69,7 @@ def build_definitions(
         assets=build_assets(judges) + phoenix_assets(judges, phoenix),
         jobs=[batch_job, report_job],
         sensors=[new_drop_sensor, report_after_batch_sensor,
-                 *([phoenix_sensor] if phoenix else [])],
+                 *([build_phoenix_sensor()] if phoenix else [])],
         schedules=[build_daily_schedule()],
         resources={
             "io_manager": ParquetIOManager(base_path=assets_dir),

@@ -63,8 +63,13 @@ def drops_path(phoenix: PhoenixResource, pipeline: PipelineSettings) -> Path:
     return pipeline.batches_path.parent / "phoenix" / partition_key_for(phoenix.project)
 
 
-@dg.sensor(job=batch_job, minimum_interval_seconds=30,
-           default_status=dg.DefaultSensorStatus.RUNNING)
+def build_phoenix_sensor() -> dg.SensorDefinition:
+    """A sensor object per Definitions that has a Phoenix resource (a module-level one would
+    be collected by dg's loader into every graph, Phoenix or not)."""
+    return dg.sensor(job=batch_job, minimum_interval_seconds=30, name="phoenix_sensor",
+                     default_status=dg.DefaultSensorStatus.RUNNING)(phoenix_sensor)
+
+
 def phoenix_sensor(context: dg.SensorEvaluationContext, pipeline: PipelineSettings,
                    phoenix: PhoenixResource) -> dg.SensorResult | dg.SkipReason:
     """Read the Phoenix project's new complete traces (root span ended ``settle_seconds``
