@@ -11,7 +11,6 @@ per-batch asset downstream is the same for Phoenix traces and files, and the tra
 ids travel in the trajectories (``extra``) and clips (``trace_id``, ``span_id``).
 """
 
-from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,6 +50,7 @@ from eval_pipeline.versions import source_version
 
 PHOENIX_GROUP = "phoenix"
 TRAJECTORY_COLUMNS = ["trajectory_id", "batch", "task_id", "extra", "steps"]
+CLIP_COLUMNS = ["trajectory_id", "clip_index", "step_start", "step_end"]
 SUMMARY_COLUMNS = ["trajectory_id", "overall_trajectory_score", "successful_evaluations",
                    "total_clips"]
 
@@ -119,10 +119,12 @@ def build_phoenix_annotations_asset(configs: Sequence[JudgeConfig]) -> dg.Assets
                                               dagster_type=dict[str, pd.DataFrame])
            for c in configs}
     names = {f"judgments_{c.name}": c.name for c in configs}
-    ins["preprocessed_trajectories"] = dg.AssetIn(metadata={"columns": TRAJECTORY_COLUMNS})
-    ins["clips"] = dg.AssetIn(metadata={"columns": ["trajectory_id", "clip_index",
-                                                    "step_start", "step_end"]})
-    ins["trajectory_summaries"] = dg.AssetIn(metadata={"columns": SUMMARY_COLUMNS})
+    # Per batch (a dict even for one batch, as every per-batch asset reads its inputs), and
+    # only the columns the annotations need.
+    for name, columns in (("preprocessed_trajectories", TRAJECTORY_COLUMNS),
+                          ("clips", CLIP_COLUMNS), ("trajectory_summaries", SUMMARY_COLUMNS)):
+        ins[name] = dg.AssetIn(metadata={"columns": columns},
+                               dagster_type=dict[str, pd.DataFrame])
 
     @dg.asset(
         ins=ins,
