@@ -10,7 +10,6 @@ them: a rerun leaves no duplicates.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 import pandas as pd
 
@@ -20,30 +19,39 @@ from eval_pipeline.phoenix.connection import PhoenixConnection
 CHUNK = 100
 
 
-def sendable(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows as the client reads them: Python ``None`` for every missing value (pandas'
-    NaN would be sent as the label "nan" or a NaN score), metadata as dicts."""
-    rows = records(frame)
-    for row in rows:
+OPTIONAL = ("label", "score", "explanation", "metadata", "identifier")
+
+
+def sendable(frame: pd.DataFrame) -> list[pd.DataFrame]:
+    """The rows as the client reads them, in groups with the same fields present: a field a
+    row lacks is left out of its group's frame, never sent as pandas' NaN (which the client
+    would send as the label "nan" or a NaN score the JSON encoder refuses); metadata as
+    dicts. The client iterates rows with ``iterrows``, which may turn a ``None`` in an
+    object column back into NaN, so no missing value is left in a frame at all."""
+    groups: dict[tuple[str, ...], list[dict[str, object]]] = {}
+    for row in records(frame):
         meta = row.get("metadata")
         row["metadata"] = json.loads(meta) if isinstance(meta, str) and meta else None
-    return pd.DataFrame(rows, columns=list(frame.columns), dtype=object)
+        present = tuple(f for f in OPTIONAL if row.get(f) not in (None, "", {}))
+        groups.setdefault(present, []).append(
+            {k: row[k] for k in ("span_id", "name", "annotator_kind", *present)})
+    return [pd.DataFrame(rows) for rows in groups.values()]
 
 
-def log_annotations(connection: PhoenixConnection, frame: pd.DataFrame,
-                    log: Callable[..., object] | None = None) -> int:
+def log_annotations(connection: PhoenixConnection, frame: pd.DataFrame) -> int:
     """Log every row; the number Phoenix confirmed. Raises
     :class:`~eval_pipeline.phoenix.connection.PhoenixError` (one line) on any failure."""
     if not len(frame):
         return 0
     client = connection.client()
-    rows = sendable(frame)
     written = 0
-    for start in range(0, len(rows), CHUNK):
-        part = rows.iloc[start:start + CHUNK]
-        with connection.errors("logging span annotations"):
-            inserted = client.spans.log_span_annotations_dataframe(dataframe=part, sync=True)
-        written += len(inserted or [])
+    for rows in sendable(frame):
+        for start in range(0, len(rows), CHUNK):
+            part = rows.iloc[start:start + CHUNK]
+            with connection.errors("logging span annotations"):
+                inserted = client.spans.log_span_annotations_dataframe(dataframe=part,
+                                                                       sync=True)
+            written += len(inserted or [])
     return written
 
 
