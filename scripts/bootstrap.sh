@@ -25,3 +25,15 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+
+# The real Phoenix server for the round-trip test (#17), in its own environment: its
+# dependency pins must not meet the project's. Skipped when EVAL_PIPELINE_SKIP_PHOENIX=1.
+PHOENIX_SERVER_VERSION="20.26.1"
+if [ "${EVAL_PIPELINE_SKIP_PHOENIX:-0}" != 1 ] \
+    && [ ! -f ".venv-phoenix/.installed-$PHOENIX_SERVER_VERSION" ]; then
+  "$PYTHON" -m venv .venv-phoenix
+  .venv-phoenix/bin/python -m pip install --quiet --upgrade pip
+  .venv-phoenix/bin/python -m pip install --quiet "arize-phoenix==$PHOENIX_SERVER_VERSION"
+  rm -f .venv-phoenix/.installed-*
+  touch ".venv-phoenix/.installed-$PHOENIX_SERVER_VERSION"
+fi

@@ -5,8 +5,8 @@
 - :mod:`~eval_pipeline.exports.judge_details`:
   ``judge_details/{provider}_{model}_{task_id}_eva.json``;
 - :mod:`~eval_pipeline.exports.clip_scores`: ``clip_scores.csv``, one row per clip, judge, metric;
-- :mod:`~eval_pipeline.exports.phoenix`: ``phoenix_evaluations/`` for Phoenix's
-  ``log_evaluations``;
+- :mod:`~eval_pipeline.exports.phoenix`: ``phoenix_evaluations/``, Phoenix span
+  annotations (the rows the Phoenix write-back sends);
 - :mod:`~eval_pipeline.exports.react_metrics`: ``react_metrics.txt``, the ReAct figures as
   the framework prints them;
 - :mod:`~eval_pipeline.exports.report_document`: ``report.md``, ``report.html`` and
@@ -35,7 +35,12 @@ from eval_pipeline.exports.judge_details import (
     judgment_tables,
     write_judge_details,
 )
-from eval_pipeline.exports.phoenix import PHOENIX_DIR, phoenix_evaluations, write_phoenix
+from eval_pipeline.exports.phoenix import (
+    PHOENIX_DIR,
+    phoenix_evaluations,
+    span_annotations,
+    write_phoenix,
+)
 from eval_pipeline.exports.react_metrics import REACT_METRICS_FILE, react_metrics_text
 from eval_pipeline.exports.report_document import write_report_document
 
@@ -72,9 +77,11 @@ def write_exports(tables: Mapping[str, pd.DataFrame], output: Path) -> list[str]
     evals = phoenix_evaluations(tables.get("averaged_scores", _empty()),
                                 tables.get("trajectory_summaries", _empty()),
                                 trajectories, spans)
+    annotations = span_annotations(judgments, tables.get("trajectory_summaries", _empty()),
+                                   trajectories, spans)
     names: list[str] = []
     replace_folder(output / PHOENIX_DIR,
-                   lambda folder: names.extend(write_phoenix(folder, evals)))
+                   lambda folder: names.extend(write_phoenix(folder, evals, annotations)))
     written += [f"{PHOENIX_DIR}/{name}" for name in names]
 
     report = tables.get("evaluation_report")

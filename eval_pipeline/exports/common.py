@@ -44,6 +44,10 @@ class TrajectoryInfo(BaseModel):
     task_id: str = ""
     trace_id: str | None = None
     step_span_ids: list[str | None] = []
+    root_span_id: str | None = None
+    """The trace's root span, where trace-level results go back to Phoenix. Tables parsed
+    before it was recorded fall back to the first step's span (the root's when the root
+    carried the task, as agent frameworks' root spans do)."""
 
 
 def trajectory_info(trajectories: pd.DataFrame | None) -> dict[str, TrajectoryInfo]:
@@ -54,12 +58,13 @@ def trajectory_info(trajectories: pd.DataFrame | None) -> dict[str, TrajectoryIn
         extra = _json_object(row.get("extra"))
         trace = extra.get("trace_id")
         spans = extra.get("step_span_ids")
+        steps = [str(s) if s else None for s in spans] if isinstance(spans, list) else []
+        root = extra.get("root_span_id") or (steps[0] if steps else None)
         out[str(row["trajectory_id"])] = TrajectoryInfo(
             trajectory_id=str(row["trajectory_id"]), batch=str(row.get("batch") or ""),
             task_id=str(row.get("task_id") or ""),
             trace_id=str(trace) if trace else None,
-            step_span_ids=[str(s) if s else None for s in spans]
-            if isinstance(spans, list) else [])
+            step_span_ids=steps, root_span_id=str(root) if root else None)
     return out
 
 
@@ -111,4 +116,28 @@ def _step_kinds(trajectories: pd.DataFrame | None, info: Mapping[str, Trajectory
                           trajectories["steps"].tolist(), strict=True):
         if str(tid) in info and info[str(tid)].step_span_ids and steps is not None:
             out[str(tid)] = [str(s["kind"]) for s in steps]
+    return out
+
+
+def with_span_ids(clips: pd.DataFrame, trajectories: pd.DataFrame | None) -> pd.DataFrame:
+    """``clips`` with ``trace_id`` and ``span_id`` (the span the clip is judged on, as
+    :func:`clip_span_ids` picks it): the Phoenix ids stay on the clips, so a clip can be
+    found in Phoenix and its evaluations written back. None for sources without ids; a
+    batch without any is not decoded at all."""
+    out = clips.copy()
+    has_ids = (trajectories is not None and "extra" in trajectories.columns
+               and trajectories["extra"].astype(str).str.contains(
+                   '"trace_id"', regex=False).any())
+    if not len(clips) or not has_ids:
+        out["trace_id"] = pd.Series([None] * len(clips), index=clips.index, dtype=object)
+        out["span_id"] = pd.Series([None] * len(clips), index=clips.index, dtype=object)
+        return out
+    info = trajectory_info(trajectories)
+    spans = clip_span_ids(clips, info, trajectories)
+    tids, indices = clips["trajectory_id"].tolist(), clips["clip_index"].tolist()
+    out["trace_id"] = pd.Series([info[str(t)].trace_id if str(t) in info else None
+                                 for t in tids], index=clips.index, dtype=object)
+    out["span_id"] = pd.Series([spans.get((str(t), int(i))) for t, i in
+                                zip(tids, indices, strict=True)], index=clips.index,
+                               dtype=object)
     return out

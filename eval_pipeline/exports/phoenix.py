@@ -1,15 +1,27 @@
-"""Evaluations in the shape Arize Phoenix's ``log_evaluations`` takes, one file per eval name.
+"""Evaluations as Arize Phoenix span annotations: the export files and the write-back rows.
 
-Phoenix attaches an evaluation to a span (``SpanEvaluations``: a DataFrame indexed by
-``context.span_id``) or to a trace (``TraceEvaluations``: indexed by ``context.trace_id``),
-with ``label``, ``score`` and ``explanation`` columns. Only trajectories whose source
-carried those ids (OpenInference / Phoenix span exports) can go back; for the others the
-manifest counts the evaluations left out, so an empty file is explained, not mysterious.
+Phoenix keeps evaluations as span annotations, each keyed by (annotation name, span id,
+identifier) and carrying ``label``, ``score``, ``explanation`` and ``metadata``; logging the
+same key again updates it. (``px.Client().log_evaluations`` and trace evaluations are gone
+from current Phoenix.) So every row here names a span: a clip's evaluation goes on the span
+its tool call came from, a trajectory-level result (sequence optimality, the trajectory
+score) on the trace's root span. Only trajectories whose source carried those ids
+(OpenInference / Phoenix span exports, the Phoenix source) can go back; the others are
+counted, never given made-up ids.
 
-The figures are the averages over the judges (``averaged_scores``), one per clip and
-evaluation kind, as the ReAct framework logs one evaluation per span. A kind no judge
-could score is there with the label ``not scored``, no score and the errors as its
-explanation: Phoenix shows the failure, it never shows a made-up number.
+Two shapes, for two uses:
+
+- :func:`phoenix_evaluations`, the ``phoenix_evaluations/<eval>.parquet`` files: the averages
+  over the judges (``averaged_scores``), one per clip and evaluation kind and eval name,
+  indexed by ``context.span_id``, ready for ``log_span_annotations_dataframe``. A kind no
+  judge could score is there with the label ``not scored``, no score and the errors as its
+  explanation.
+- :func:`span_annotations`, what the Phoenix write-back sends (and the export's
+  ``span_annotations.parquet``): every judge's own rows, with the judge as the annotation's
+  ``identifier`` (so two judges' annotations of one span and name live side by side and a
+  rerun updates them) and in its ``metadata``, plus the pipeline's trajectory score. A failed
+  judgment is written as the label ``failed`` with its error and no score: Phoenix shows the
+  failure, never a made-up number.
 """
 
 from __future__ import annotations
@@ -18,12 +30,13 @@ import csv
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from statistics import fmean
 from typing import Literal
 
 import pandas as pd
 from pydantic import BaseModel
 
-from eval_pipeline.exports.common import records, trajectory_info
+from eval_pipeline.exports.common import TrajectoryInfo, records, trajectory_info
 from eval_pipeline.rubrics import (
     EVAL_KIND_CLIP,
     EVAL_QUERY_TO_THOUGHT,
@@ -34,10 +47,11 @@ from eval_pipeline.rubrics import (
 
 PHOENIX_DIR = "phoenix_evaluations"
 SPAN_INDEX = "context.span_id"
-TRACE_INDEX = "context.trace_id"
 EVAL_COLUMNS = ["label", "score", "explanation"]
 NOT_SCORED = "not scored"
 TRAJECTORY_SCORE = "trajectory_score"
+TRACE_LEVEL = (EVAL_SEQUENCE_OPTIMALITY, TRAJECTORY_SCORE)
+"""Results about a whole trajectory: they go on the trace's root span."""
 
 
 class PhoenixEval(BaseModel):
@@ -45,7 +59,8 @@ class PhoenixEval(BaseModel):
 
     eval_name: str
     file_stem: str
-    target: Literal["span", "trace"]
+    target: Literal["span", "root_span"]
+    """``root_span``: a trace-level result, on the trace's root span."""
     index: str
     rows: int
     left_out_no_id: int
@@ -82,7 +97,7 @@ def phoenix_evaluations(averaged: pd.DataFrame, summaries: pd.DataFrame,
             continue
         tid, ci = str(row["trajectory_id"]), int(row["clip_index"])
         if kind == EVAL_SEQUENCE_OPTIMALITY:
-            key = info[tid].trace_id if tid in info else None
+            key = info[tid].root_span_id if tid in info else None
         else:
             key = span_ids.get((tid, ci))
         if row["status"] != "ok":
@@ -106,11 +121,12 @@ def phoenix_evaluations(averaged: pd.DataFrame, summaries: pd.DataFrame,
                   if score is not None else
                   {"label": NOT_SCORED, "score": None,
                    "explanation": "no clip of this trajectory was scored by any judge"})
-        rows[TRAJECTORY_SCORE].append((info[tid].trace_id if tid in info else None, values))
+        rows[TRAJECTORY_SCORE].append((info[tid].root_span_id if tid in info else None,
+                                       values))
     out: dict[str, tuple[PhoenixEval, pd.DataFrame]] = {}
     for kind, found in rows.items():
-        trace = kind in (EVAL_SEQUENCE_OPTIMALITY, TRAJECTORY_SCORE)
-        index = TRACE_INDEX if trace else SPAN_INDEX
+        trace = kind in TRACE_LEVEL
+        index = SPAN_INDEX
         kept: dict[str, dict[str, object]] = {}
         no_id = same = 0
         for key, values in found:
@@ -124,17 +140,25 @@ def phoenix_evaluations(averaged: pd.DataFrame, summaries: pd.DataFrame,
                              index=pd.Index(list(kept), name=index, dtype=object))
         frame["score"] = frame["score"].astype("float64")
         entry = PhoenixEval(eval_name=EVAL_NAMES[kind], file_stem=kind,
-                            target="trace" if trace else "span", index=index,
+                            target="root_span" if trace else "span", index=index,
                             rows=len(frame), left_out_no_id=no_id, left_out_same_span=same)
         out[kind] = (entry, frame)
     return out
 
 
-def write_phoenix(folder: Path, evals: Mapping[str, tuple[PhoenixEval, pd.DataFrame]]
+def write_phoenix(folder: Path, evals: Mapping[str, tuple[PhoenixEval, pd.DataFrame]],
+                  annotations: tuple[pd.DataFrame, AnnotationCounts] | None = None
                   ) -> list[str]:
-    """``<kind>.parquet`` and ``<kind>.csv`` per eval name and ``manifest.json`` into
-    ``folder`` (which the caller swaps in whole); the names written."""
+    """``<kind>.parquet`` and ``<kind>.csv`` per eval name, ``span_annotations.parquet``
+    (what the write-back sends) and ``manifest.json`` into ``folder`` (which the caller
+    swaps in whole); the names written."""
     written = []
+    if annotations is not None:
+        frame, counts = annotations
+        frame.to_parquet(folder / f"{ANNOTATIONS_STEM}.parquet", index=False)
+        (folder / f"{ANNOTATIONS_STEM}.json").write_text(
+            counts.model_dump_json(indent=2) + "\n", "utf-8")
+        written += [f"{ANNOTATIONS_STEM}.parquet", f"{ANNOTATIONS_STEM}.json"]
     for stem, (_, frame) in evals.items():
         frame.to_parquet(folder / f"{stem}.parquet", index=True)
         frame.to_csv(folder / f"{stem}.csv", index=True, quoting=csv.QUOTE_MINIMAL,
@@ -143,3 +167,154 @@ def write_phoenix(folder: Path, evals: Mapping[str, tuple[PhoenixEval, pd.DataFr
     manifest = [entry.model_dump() for entry, _ in evals.values()]
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
     return [*written, "manifest.json"]
+
+
+ANNOTATIONS_STEM = "span_annotations"
+ANNOTATION_COLUMNS = ["span_id", "name", "identifier", "annotator_kind", "label", "score",
+                      "explanation", "metadata"]
+FAILED = "failed"
+SOURCE = "eval_pipeline"
+"""``metadata.source`` of every annotation this project writes."""
+
+
+def rubric_metric_name(metric: str) -> str:
+    """The annotation name of one rubric metric (``Clip Rubric: reasoning_quality``)."""
+    return f"Clip Rubric: {metric}"
+
+
+def eval_name(kind: str) -> str:
+    """The annotation name of an evaluation kind; a kind added later gets its own name."""
+    return EVAL_NAMES.get(kind, kind.replace("_", " ").title())
+
+
+class AnnotationCounts(BaseModel):
+    """What :func:`span_annotations` made of the tables, for metadata and the manifest."""
+
+    rows: int = 0
+    by_name: dict[str, int] = {}
+    failed: int = 0
+    """Failed judgments written as the label ``failed`` (no score)."""
+    skipped: int = 0
+    """Judgments never asked (budget): nothing to say, nothing written."""
+    left_out_no_id: int = 0
+    """Judgments and trajectory scores of trajectories whose source carried no span ids."""
+    left_out_same_span: int = 0
+    """A second clip on a span already annotated under the same name and judge."""
+    spans: int = 0
+
+
+def _span_for(kind: str, tid: str, clip_index: int, info: Mapping[str, TrajectoryInfo],
+              spans: Mapping[tuple[str, int], str]) -> str | None:
+    if tid not in info:
+        return None
+    if kind in TRACE_LEVEL:
+        return info[tid].root_span_id
+    return spans.get((tid, clip_index)) or info[tid].root_span_id
+
+
+def _judgment_annotations(row: Mapping[str, object], meta: dict[str, object]
+                          ) -> list[dict[str, object]]:
+    """One judgment row as annotations: a failed row one ``failed`` label; a rubric row its
+    mean and each metric; a ReAct row its label and score."""
+    kind = str(row["evaluation_kind"])
+    if row["status"] != "ok":
+        return [{"name": eval_name(kind), "label": FAILED, "score": None,
+                 "explanation": str(row.get("error") or "the judgment failed")}]
+    scores = {str(k): float(v) for k, v in json.loads(str(row["scores"] or "{}")).items()
+              if v is not None}
+    if kind == EVAL_KIND_CLIP:
+        summary = str(row.get("summary") or row.get("reasoning") or "") or None
+        mean: dict[str, object] = {
+            "name": eval_name(kind), "label": None,
+            "score": fmean(scores.values()) if scores else None,
+            "explanation": summary, "metadata": {**meta, "scores": scores}}
+        per_metric: list[dict[str, object]] = [
+            {"name": rubric_metric_name(m), "label": None, "score": v, "explanation": summary}
+            for m, v in scores.items()]
+        return [mean, *per_metric]
+    metric = REACT_EVALUATIONS[kind].metric if kind in REACT_EVALUATIONS else None
+    score = scores.get(metric) if metric else (fmean(scores.values()) if scores else None)
+    return [{"name": eval_name(kind), "label": row.get("label"), "score": score,
+             "explanation": str(row.get("reasoning") or row.get("summary") or "") or None,
+             "metadata": {**meta, "scores": scores}}]
+
+
+def span_annotations(judgments: Mapping[str, pd.DataFrame], summaries: pd.DataFrame | None,
+                     trajectories: pd.DataFrame | None,
+                     span_ids: Mapping[tuple[str, int], str]
+                     ) -> tuple[pd.DataFrame, AnnotationCounts]:
+    """Every judge's judgments and the trajectory scores as Phoenix span annotations.
+
+    ``judgments``: judge name -> its judgments table; ``span_ids`` as ``clip_span_ids``
+    returns them. One row per (span, name, identifier), in the columns
+    ``log_span_annotations_dataframe`` reads (``metadata`` as JSON text here, for Parquet).
+    """
+    info = trajectory_info(trajectories)
+    counts = AnnotationCounts()
+    kept: dict[tuple[str, str, str], dict[str, object]] = {}
+
+    def add(span: str, identifier: str, kind: str, values: dict[str, object]) -> None:
+        key = (span, str(values["name"]), identifier)
+        if key in kept:
+            counts.left_out_same_span += 1
+            return
+        kept[key] = {"span_id": span, "identifier": identifier, "annotator_kind": kind,
+                     "label": values.get("label"), "name": values["name"],
+                     "score": values.get("score"), "explanation": values.get("explanation"),
+                     "metadata": values.get("metadata")}
+
+    for judge, table in judgments.items():
+        for row in records(table, ["trajectory_id", "clip_index", "evaluation_kind",
+                                   "tool_type", "provider", "model", "status", "scores",
+                                   "label", "summary", "reasoning", "error", "prompt_hash",
+                                   "template_version"]):
+            if row["status"] == "skipped":
+                counts.skipped += 1
+                continue
+            tid, clip = str(row["trajectory_id"]), int(row["clip_index"])
+            span = _span_for(str(row["evaluation_kind"]), tid, clip, info, span_ids)
+            if span is None:
+                counts.left_out_no_id += 1
+                continue
+            counts.failed += row["status"] != "ok"
+            meta: dict[str, object] = {
+                "source": SOURCE, "judge": judge, "provider": row.get("provider"),
+                "model": row.get("model"), "evaluation_kind": row["evaluation_kind"],
+                "tool_type": row.get("tool_type"), "trajectory_id": tid, "clip_index": clip,
+                "batch": info[tid].batch, "trace_id": info[tid].trace_id,
+                "template_version": row.get("template_version"),
+                "prompt_hash": row.get("prompt_hash")}
+            annotator = "CODE" if row.get("provider") == "heuristic" else "LLM"
+            for values in _judgment_annotations(row, meta):
+                add(span, judge, annotator, {**values, "metadata": values.get("metadata", meta)})
+    providers = {str(p) for t in judgments.values() if "provider" in t.columns
+                 for p in t["provider"].dropna().unique()}
+    combined = "CODE" if providers <= {"heuristic"} else "LLM"
+    for summary in records(summaries, ["trajectory_id", "overall_trajectory_score",
+                                       "successful_evaluations", "total_clips"]):
+        tid = str(summary["trajectory_id"])
+        span = _span_for(TRAJECTORY_SCORE, tid, -1, info, span_ids)
+        if span is None:
+            counts.left_out_no_id += 1
+            continue
+        score = summary["overall_trajectory_score"]
+        meta = {"source": SOURCE, "judges": sorted(judgments), "trajectory_id": tid,
+                "batch": info[tid].batch, "trace_id": info[tid].trace_id,
+                "evaluation_kind": TRAJECTORY_SCORE}
+        add(span, "", combined, {
+            "name": eval_name(TRAJECTORY_SCORE), "metadata": meta,
+            **({"label": None, "score": float(score),
+                "explanation": f"clip-weighted mean of the tool averages over "
+                               f"{summary['successful_evaluations']} of "
+                               f"{summary['total_clips']} clips scored"}
+               if score is not None else
+               {"label": NOT_SCORED, "score": None,
+                "explanation": "no clip of this trajectory was scored by any judge"})})
+    frame = pd.DataFrame(
+        [{**v, "metadata": json.dumps(v["metadata"], sort_keys=True, default=str)}
+         for v in kept.values()], columns=ANNOTATION_COLUMNS)
+    frame["score"] = frame["score"].astype("float64")
+    counts.rows = len(frame)
+    counts.spans = int(frame["span_id"].nunique()) if len(frame) else 0
+    counts.by_name = {str(k): int(v) for k, v in frame["name"].value_counts().items()}
+    return frame, counts

@@ -244,6 +244,9 @@ class OpenInferenceSpanParser:
         step_spans += [root.span_id] * (len(out.steps) - len(step_spans))
         extra: dict[str, Any] = {
             "trace_id": trace,
+            # Trace-level results (sequence optimality, the trajectory score) go back to
+            # Phoenix as annotations on this span.
+            "root_span_id": root.span_id,
             "span_count": len(spans),
             "span_lines": [s.line for s in spans],
         }

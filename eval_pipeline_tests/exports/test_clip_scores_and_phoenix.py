@@ -81,23 +81,23 @@ def test_a_failed_judgment_is_a_row_with_its_error_and_no_score(spans_drop, tmp_
     assert "400" in evals["explanation"].iloc[0]
 
 
-def test_phoenix_evaluations_keyed_by_span_and_trace(spans_drop, tmp_path):
+def test_phoenix_evaluations_keyed_by_span_trace_level_on_the_root_span(spans_drop, tmp_path):
     tables = run_tables(spans_drop)
     write_exports(tables, tmp_path)
     folder = tmp_path / "phoenix_evaluations"
     averaged = tables["averaged_scores"].set_index(["clip_index", "evaluation_kind"])
     manifest = {e["file_stem"]: e for e in json.loads((folder / "manifest.json").read_text())}
-    for stem, index in (("clip_rubric", "context.span_id"),
-                        ("thought_to_tool", "context.span_id"),
-                        ("query_to_thought", "context.span_id"),
-                        ("sequence_optimality", "context.trace_id"),
-                        ("trajectory_score", "context.trace_id")):
+    index = "context.span_id"  # Phoenix's span annotations; no trace evaluations any more
+    for stem, target in (("clip_rubric", "span"), ("thought_to_tool", "span"),
+                         ("query_to_thought", "span"), ("sequence_optimality", "root_span"),
+                         ("trajectory_score", "root_span")):
         parquet = pd.read_parquet(folder / f"{stem}.parquet")
         csv = pd.read_csv(folder / f"{stem}.csv", index_col=index)
         assert parquet.index.name == index and list(parquet.columns) == [
             "label", "score", "explanation"]
         assert parquet["score"].tolist() == pytest.approx(csv["score"].tolist())
         assert manifest[stem]["index"] == index and manifest[stem]["rows"] == len(parquet)
+        assert manifest[stem]["target"] == target
         assert manifest[stem]["left_out_no_id"] == 0
     t2t = pd.read_parquet(folder / "thought_to_tool.parquet")
     row = averaged.loc[(0, "thought_to_tool")]
@@ -109,10 +109,39 @@ def test_phoenix_evaluations_keyed_by_span_and_trace(spans_drop, tmp_path):
     assert rubric.loc["s4", "score"] == pytest.approx(averaged.loc[(1, "clip_rubric"),
                                                                    "mean_score"])
     seq = pd.read_parquet(folder / "sequence_optimality.parquet")
-    assert seq.index.tolist() == [TRACE]
+    assert seq.index.tolist() == ["s1"]  # the root span (ReActAgent.chat) of trace TRACE
     overall = pd.read_parquet(folder / "trajectory_score.parquet")
-    assert overall.loc[TRACE, "score"] == pytest.approx(
+    assert overall.loc["s1", "score"] == pytest.approx(
         tables["trajectory_summaries"]["overall_trajectory_score"].iloc[0])
+
+
+def test_span_annotations_file_is_every_judge_row_on_its_span(spans_drop, tmp_path):
+    """``span_annotations.parquet``: what the Phoenix write-back sends, one annotation per
+    (span, name, judge), each judge's own figures, the judge named in the metadata."""
+    tables = run_tables(spans_drop)
+    write_exports(tables, tmp_path)
+    frame = pd.read_parquet(tmp_path / "phoenix_evaluations" / "span_annotations.parquet")
+    judged = tables["judgments__heuristic"].set_index(["clip_index", "evaluation_kind"])
+    assert not frame.duplicated(["span_id", "name", "identifier"]).any()
+    rows = frame.set_index(["span_id", "name", "identifier"])
+    t2t = rows.loc[("s2", "Tool Calling Eval (Thought-to-Tool)", "heuristic")]
+    assert t2t["label"] == judged.loc[(0, "thought_to_tool"), "label"]
+    assert t2t["score"] == json.loads(judged.loc[(0, "thought_to_tool"), "scores"])[
+        "thought_to_tool"]
+    assert t2t["annotator_kind"] == "CODE"  # the heuristic is not an LLM, and says so
+    meta = json.loads(t2t["metadata"])
+    assert meta["judge"] == "heuristic" and meta["trace_id"] == TRACE
+    for metric, value in json.loads(judged.loc[(1, "clip_rubric"), "scores"]).items():
+        assert rows.loc[("s4", f"Clip Rubric: {metric}", "heuristic"), "score"] == value
+    seq = rows.loc[("s1", "Sequence Optimality Eval", "heuristic")]
+    assert seq["label"] == judged.loc[(-1, "sequence_optimality"), "label"]
+    overall = rows.loc[("s1", "Trajectory Score (overall_trajectory_score)", "")]
+    assert overall["score"] == pytest.approx(
+        tables["trajectory_summaries"]["overall_trajectory_score"].iloc[0])
+    assert json.loads(overall["metadata"])["judges"] == ["heuristic"]
+    counts = json.loads((tmp_path / "phoenix_evaluations" / "span_annotations.json")
+                        .read_text())
+    assert counts["rows"] == len(frame) and counts["left_out_no_id"] == 0
 
 
 def test_sources_without_ids_are_counted_not_invented(small_drop, tmp_path):

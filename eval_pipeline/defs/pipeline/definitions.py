@@ -37,7 +37,15 @@ from eval_pipeline.defs.pipeline.automation import (
 )
 from eval_pipeline.defs.pipeline.io_manager import ParquetIOManager
 from eval_pipeline.defs.pipeline.partitions import described
-from eval_pipeline.defs.pipeline.resources import judge_resources
+from eval_pipeline.defs.pipeline.phoenix import (
+    build_phoenix_annotations_asset,
+    build_phoenix_sensor,
+)
+from eval_pipeline.defs.pipeline.resources import (
+    PhoenixResource,
+    judge_resources,
+    phoenix_resource_from_env,
+)
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.judges.config import JudgeConfig, load_judges
 
@@ -64,14 +72,18 @@ def build_definitions(
     check_judges: bool = False,
     model_under_test: JudgeConfig | None = None,
     routing_suites: RoutingSuiteSettings | None = None,
+    phoenix: PhoenixResource | None = None,
 ) -> dg.Definitions:
     """``check_judges``: each LLM judge resource checks its endpoint when set up (see
     ``LLMJudgeResource.check_endpoint``). ``model_under_test``: the judges-file entry the
-    routing eval suites run through (none: ``routing_suite_results`` fails saying so)."""
+    routing eval suites run through (none: ``routing_suite_results`` fails saying so).
+    ``phoenix``: a Phoenix server to read traces from (``phoenix_sensor``) and write the
+    evaluations back to (``phoenix_annotations``)."""
     return dg.Definitions(
-        assets=build_assets(judges),
+        assets=build_assets(judges) + phoenix_assets(judges, phoenix),
         jobs=[batch_job, report_job, routing_suite_job],
-        sensors=[new_drop_sensor, report_after_batch_sensor],
+        sensors=[new_drop_sensor, report_after_batch_sensor,
+                 *([build_phoenix_sensor()] if phoenix else [])],
         schedules=[build_daily_schedule(),
                    build_routing_suite_schedule(model_under_test is not None)],
         resources={
@@ -79,20 +91,29 @@ def build_definitions(
             "pipeline": pipeline or PipelineSettings(),
             **judge_resources(judges, check_endpoint=check_judges),
             **routing_suite_resources(model_under_test, routing_suites),
+            **({"phoenix": phoenix} if phoenix else {}),
         },
     )
 
 
+def phoenix_assets(judges: Sequence[JudgeConfig], phoenix: PhoenixResource | None
+                   ) -> list[dg.AssetsDefinition]:
+    """The write-back asset, only where a Phoenix server is configured: the file pipeline's
+    graph stays as it was."""
+    return [build_phoenix_annotations_asset(judges)] if phoenix else []
+
+
 def location_definitions() -> dg.Definitions:
     """The UI's pipeline: judges from $EVAL_PIPELINE_JUDGES, else the heuristic judge; files
-    in the instance's store (see :mod:`eval_pipeline.store`), as the CLI's. Each LLM judge
+    in the instance's store (see :mod:`eval_pipeline.store`), as the CLI's; a Phoenix source
+    and sink when ``EVAL_PIPELINE_PHOENIX_URL`` is set. Each LLM judge
     checks its endpoint when its step starts, so a run from the UI with a wrong base_url or
     key fails there in one line."""
     suites = suites_from_env()
     return build_definitions(load_judges(os.environ.get(JUDGES_FILE_ENV) or None),
                              check_judges=True, model_under_test=model_under_test_from_env(),
                              routing_suites=RoutingSuiteSettings(suites=suites) if suites
-                             else None)
+                             else None, phoenix=phoenix_resource_from_env())
 
 
 @dg.definitions

@@ -9,6 +9,7 @@ judge layer that imports dagster.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from eval_pipeline.judges.runner import (
     JudgmentRow,
     run_job,
 )
+from eval_pipeline.phoenix.connection import PhoenixConnection
 from eval_pipeline.rubrics import EVAL_KIND_CLIP
 
 # JudgeConfig fields carried by the resource; None means "not set in the judges file".
@@ -218,3 +220,52 @@ def judge_resources(configs: Sequence[JudgeConfig], **settings: object
                     ) -> dict[str, LLMJudgeResource]:
     """``judge_<name>`` for every configured judge; ``settings`` e.g. cache_path=..."""
     return {f"judge_{c.name}": judge_resource(c, **settings) for c in configs}
+
+
+# --- Phoenix (#17) -------------------------------------------------------------------------
+
+PHOENIX_URL_ENV = "EVAL_PIPELINE_PHOENIX_URL"
+"""Base URL of the Phoenix server; when set, the UI's code location reads its traces
+(phoenix_sensor) and writes the evaluations back (phoenix_annotations)."""
+PHOENIX_PROJECT_ENV = "EVAL_PIPELINE_PHOENIX_PROJECT"
+PHOENIX_API_KEY_ENV = "PHOENIX_API_KEY"
+"""Phoenix's own name for its key, so a team's existing setting works as it is."""
+
+
+class PhoenixResource(dg.ConfigurableResource):
+    """An Arize Phoenix server: the source of traces and the sink of their evaluations.
+
+    ``api_key`` is bound to ``dg.EnvVar`` (``PHOENIX_API_KEY``): the UI shows the variable's
+    name, never its value; it goes only into the client's header."""
+
+    base_url: str = Field(description="e.g. http://127.0.0.1:6006")
+    api_key: str | None = Field(default=None, description="Bound from EnvVar(PHOENIX_API_KEY)")
+    project: str = Field(default="default", description="The Phoenix project to read from")
+    settle_seconds: float = Field(
+        default=10.0, ge=0.0, description="A trace is read once its root span has ended this "
+        "long ago (children exported after their root are still in it)")
+    lookback_seconds: float = Field(
+        default=3600.0, ge=0.0, description="Root spans are listed from this long before the "
+        "latest one taken, so a long-running trace is found when it ends; keep it above the "
+        "longest agent run")
+    max_traces_per_tick: int = Field(default=500, ge=1)
+    drops_dir: str | None = Field(
+        default=None, description="Where the pulled span drops are kept; default: "
+        "<store>/phoenix/<project>/")
+    timeout_s: float = Field(default=30.0, gt=0.0)
+
+    def connection(self) -> PhoenixConnection:
+        return PhoenixConnection(base_url=self.base_url, api_key=self.api_key,
+                                 project=self.project, timeout_s=self.timeout_s)
+
+
+def phoenix_resource_from_env() -> PhoenixResource | None:
+    """The UI's Phoenix resource when ``EVAL_PIPELINE_PHOENIX_URL`` is set, else None (no
+    Phoenix source or sink in the graph)."""
+    if not os.environ.get(PHOENIX_URL_ENV):
+        return None
+    key = dg.EnvVar(PHOENIX_API_KEY_ENV) if os.environ.get(PHOENIX_API_KEY_ENV) else None
+    return PhoenixResource(
+        base_url=dg.EnvVar(PHOENIX_URL_ENV),
+        api_key=key,
+        project=os.environ.get(PHOENIX_PROJECT_ENV) or "default")

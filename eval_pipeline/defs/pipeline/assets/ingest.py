@@ -16,6 +16,7 @@ from eval_pipeline.defs.pipeline.partitions import (
     described,
 )
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
+from eval_pipeline.exports.common import with_span_ids
 from eval_pipeline.preprocess import PreprocessStats
 from eval_pipeline.score_changes import combined_hash, content_hash
 from eval_pipeline.splitting import MissingBatchError, find_batch
@@ -249,8 +250,10 @@ def recorded_count(mat: dg.AssetMaterialization | None, name: str) -> int:
 )
 def clips(context: dg.AssetExecutionContext,
           preprocessed_trajectories: dict[str, pd.DataFrame]) -> dg.Output:
-    """One clip per tool call with its result, plus the final clip, with char offsets."""
-    tables = {b: ingest.clips_table(preprocessed_trajectories[b]) for b in context.partition_keys}
+    """One clip per tool call with its result, plus the final clip, with char offsets (and,
+    for span sources such as Phoenix, the trace_id and the span_id the clip is judged on)."""
+    tables = {b: with_span_ids(ingest.clips_table(preprocessed_trajectories[b]),
+                               preprocessed_trajectories[b]) for b in context.partition_keys}
     return per_batch_output(context, tables, {batch: {
         "clips": len(table),
         "trajectories": int(table["trajectory_id"].nunique()) if len(table) else 0,
