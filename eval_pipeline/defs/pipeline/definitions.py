@@ -27,6 +27,7 @@ from eval_pipeline.defs.pipeline.automation import (
     report_job,
 )
 from eval_pipeline.defs.pipeline.io_manager import ParquetIOManager
+from eval_pipeline.defs.pipeline.batch_sensor import build_batch_results_sensors
 from eval_pipeline.defs.pipeline.partitions import described
 from eval_pipeline.defs.pipeline.resources import judge_resources
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
@@ -58,7 +59,8 @@ def build_definitions(
     return dg.Definitions(
         assets=build_assets(judges),
         jobs=[batch_job, report_job],
-        sensors=[new_drop_sensor, report_after_batch_sensor],
+        sensors=[new_drop_sensor, report_after_batch_sensor,
+                 *build_batch_results_sensors(judges)],
         schedules=[build_daily_schedule()],
         resources={
             "io_manager": ParquetIOManager(base_path=assets_dir),

@@ -264,9 +264,10 @@ async def run_batch(resource: LLMJudgeResource, tasks: Sequence[ClipTask],
     return state, JudgeOutcome(config.name, rows, judge.reply_mode, judge.reply_mode_note)
 
 
-async def poll_batches(resource: LLMJudgeResource) -> dict[str, list[str]]:
-    """Ask the provider about the judge's batches in flight; open job -> its partitions,
-    for every job that has a batch that has now ended (a run can move it on)."""
+async def poll_batches(resource: LLMJudgeResource
+                       ) -> dict[str, tuple[list[str], list[str]]]:
+    """Ask the provider about the judge's batches in flight; open job -> (its partitions,
+    the ids of its batches that have now ended), for every job a run can move on."""
     from eval_pipeline.judges.batch import BatchLedger, poll
 
     path = _ledger_path(resource)
@@ -276,7 +277,7 @@ async def poll_batches(resource: LLMJudgeResource) -> dict[str, list[str]]:
     try:
         with BatchLedger(path) as ledger:
             ended = await poll(judge, ledger)
-            return {job.job: job.partitions for job in ledger.open_jobs(judge.name)
-                    if job.job in ended}
+            return {job.job: (job.partitions, [b.batch_id for b in ended[job.job]])
+                    for job in ledger.open_jobs(judge.name) if job.job in ended}
     finally:
         await judge.aclose()

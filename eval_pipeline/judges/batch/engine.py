@@ -239,16 +239,20 @@ async def _walk(replay: ReplayJudge, tasks: Sequence[ClipTask], config: JudgeCon
     for trajectory in by_trajectory.values():
         if EVAL_KIND_CLIP in config.evaluations:
             summaries: list[str] = []
+            blocked = False
             for position, task in enumerate(sorted(trajectory, key=lambda t: t.clip_index)):
                 if stretch is not None and position % stretch == 0:
-                    summaries = []  # a new stretch: the chain starts over
+                    summaries, blocked = [], False  # a new stretch: the chain starts over
+                if blocked:
+                    continue  # this clip needs the summary of one still unanswered
                 context, dropped = chain_context(summaries, runtime.context_budget_chars)
                 request = build_request(task, context)
                 before = replay.blocked
                 replay.asking_for(replay.key_of(request))
                 row = await judge_one(replay, request, runtime, context_dropped=dropped)
                 if replay.blocked > before:
-                    break  # the next clip needs this one's summary
+                    blocked = True
+                    continue
                 rows.append(row)
                 if row.success and row.summary:
                     summaries.append(row.summary)
