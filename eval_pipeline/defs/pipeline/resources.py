@@ -231,7 +231,7 @@ def judge_resources(configs: Sequence[JudgeConfig], **settings: object
 # -- batch mode (#18): the provider's batch API instead of live requests -------------------
 
 def _ledger_path(resource: LLMJudgeResource) -> Path:
-    from eval_pipeline.judges.batch import ledger_path_for
+    from eval_pipeline.judges.batch.ledger import ledger_path_for
 
     return ledger_path_for(Path(resource.cache_path) if resource.cache_path
                            else default_cache_path())
@@ -245,7 +245,8 @@ async def run_batch(resource: LLMJudgeResource, tasks: Sequence[ClipTask],
 
     A function beside the resource rather than a method, so the resource's fields (what
     the launchpad shows) stay as they are for the other judges."""
-    from eval_pipeline.judges.batch import BatchLedger, advance
+    from eval_pipeline.judges.batch.engine import advance
+    from eval_pipeline.judges.batch.ledger import BatchLedger
 
     config = resource.judge_config()
     fitted, truncation = resource.fit(tasks)
@@ -268,7 +269,8 @@ async def poll_batches(resource: LLMJudgeResource
                        ) -> dict[str, tuple[list[str], list[str]]]:
     """Ask the provider about the judge's batches in flight; open job -> (its partitions,
     the ids of its batches that have now ended), for every job a run can move on."""
-    from eval_pipeline.judges.batch import BatchLedger, poll
+    from eval_pipeline.judges.batch.engine import poll
+    from eval_pipeline.judges.batch.ledger import BatchLedger
 
     path = _ledger_path(resource)
     if not path.exists():

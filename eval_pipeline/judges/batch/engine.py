@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field
 from eval_pipeline.judges.base import ClipTask, Judge, JudgeError, JudgeReply, JudgeRequest
 from eval_pipeline.judges.batch.ledger import BatchLedger, LedgerBatch, LedgerLine
 from eval_pipeline.judges.batch.transport import BatchTransport, LineResult, transport_for
+from eval_pipeline.judges.batch.waves import chain_description, expected_waves
 from eval_pipeline.judges.breaker import CircuitBreaker
 from eval_pipeline.judges.budget import BudgetGuard
 from eval_pipeline.judges.cache import JudgeCache, cache_key
@@ -76,32 +77,6 @@ class BatchRun(BaseModel):
     rows: list[JudgmentRow] = Field(default_factory=list, description="When done")
     cost_usd: float = Field(default=0.0, description="Batch price of the answers so far")
     batch_ids: list[str] = Field(default_factory=list)
-
-
-# -- the chain choice ------------------------------------------------------------------------
-
-def chain_description(config: JudgeConfig, tasks: Sequence[ClipTask] = ()) -> str:
-    """What ``batch_waves`` means for this run, in words the metadata and README use."""
-    waves = expected_waves(config, tasks) if tasks else None
-    count = f" ({waves} wave{'s' if waves != 1 else ''})" if waves is not None else ""
-    if config.batch_waves is None:
-        return f"full{count}"
-    if config.batch_waves == 1:
-        return f"off{count}"
-    return f"bounded to {config.batch_waves}{count}"
-
-
-def expected_waves(config: JudgeConfig, tasks: Sequence[ClipTask]) -> int:
-    """Waves a run needs when every answer is readable and every line answered: the longest
-    trajectory's clip count (full chain) or at most ``batch_waves``; 1 without clip rubric
-    or tasks. Repairs and resubmissions add a wave each when they occur."""
-    if EVAL_KIND_CLIP not in config.evaluations or not tasks:
-        return 1
-    per_trajectory: dict[str, int] = {}
-    for task in tasks:
-        per_trajectory[task.trajectory_id] = per_trajectory.get(task.trajectory_id, 0) + 1
-    longest = max(per_trajectory.values())
-    return longest if config.batch_waves is None else min(longest, config.batch_waves)
 
 
 def job_scope(config: JudgeConfig, partitions: Sequence[str]) -> str:
@@ -415,9 +390,3 @@ async def poll(judge: Judge, ledger: BatchLedger, *, transport: BatchTransport |
             if status.ended:
                 ended.setdefault(job.job, []).append(ledger.batch(batch.batch_id))
     return ended
-
-
-def default_ledger_path(cache_path: Path) -> Path:
-    from eval_pipeline.judges.batch.ledger import ledger_path_for
-
-    return ledger_path_for(cache_path)

@@ -193,7 +193,7 @@ async def judge_batches(context: dg.AssetExecutionContext, config: JudgeConfig,
 
 def batch_metadata(state: object) -> dict[str, object]:
     """What the UI shows about a batch-mode judge's provider batches."""
-    from eval_pipeline.judges.batch import BatchRun
+    from eval_pipeline.judges.batch.engine import BatchRun
 
     assert isinstance(state, BatchRun)
     return {
