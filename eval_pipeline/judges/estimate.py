@@ -23,10 +23,10 @@ from tabulate import tabulate
 
 from eval_pipeline.judges._common import estimate_tokens
 from eval_pipeline.judges.base import ClipTask
+from eval_pipeline.judges.batch.waves import expected_waves
 from eval_pipeline.judges.cache import JudgeCache, cache_key
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import call_identity, resolve_endpoint
-from eval_pipeline.judges.batch.waves import expected_waves
 from eval_pipeline.judges.pricing import batch_price_for, price_for
 from eval_pipeline.judges.requests import (
     build_react_requests,

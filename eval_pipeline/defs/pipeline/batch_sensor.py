@@ -68,7 +68,10 @@ def build_batch_results_sensors(configs: Sequence[JudgeConfig]) -> list[dg.Senso
 
         (The judge resources are read from ``context.resources``; a direct call also
         passes them as keyword arguments, which ``_resources`` takes.)"""
-        graph = context.repository_def.asset_graph
+        repository = context.repository_def
+        if repository is None:
+            return dg.SkipReason("no repository to resolve the judges' downstream assets")
+        graph = repository.asset_graph
         requests: list[dg.RunRequest] = []
         for config in batch_judges:
             resource = getattr(context.resources, resource_key(config))

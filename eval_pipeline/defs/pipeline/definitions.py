@@ -26,8 +26,8 @@ from eval_pipeline.defs.pipeline.automation import (
     report_after_batch_sensor,
     report_job,
 )
-from eval_pipeline.defs.pipeline.io_manager import ParquetIOManager
 from eval_pipeline.defs.pipeline.batch_sensor import build_batch_results_sensors
+from eval_pipeline.defs.pipeline.io_manager import ParquetIOManager
 from eval_pipeline.defs.pipeline.partitions import described
 from eval_pipeline.defs.pipeline.resources import judge_resources
 from eval_pipeline.defs.pipeline.settings import PipelineSettings

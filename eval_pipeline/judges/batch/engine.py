@@ -30,7 +30,6 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -308,7 +307,8 @@ async def _submit(needed: dict[str, tuple[JudgeRequest, str]], job: str,
 
         sdk = getattr(judge, "sdk", None)
         secrets = tuple(s for s in getattr(judge, "secrets", ()) if s)
-        error = (translate_sdk_error(exc, sdk, getattr(judge.config, "timeout_s", 60.0), secrets)
+        timeout = float(getattr(getattr(judge, "config", None), "timeout_s", 60.0))
+        error = (translate_sdk_error(exc, sdk, timeout, secrets)
                  if sdk is not None else JudgeError(redact(str(exc), secrets)))
         transient = isinstance(error, TransientJudgeError)
         failed = [line.model_copy(update={

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import anthropic
 import openai
@@ -91,7 +91,7 @@ def _read(custom_id: str, read: Any) -> LineResult:
 class OpenAIBatchTransport:
     """The OpenAI Batch API (also any compatible server that implements it)."""
 
-    endpoint = "/v1/chat/completions"
+    endpoint: Literal["/v1/chat/completions"] = "/v1/chat/completions"
     _ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 
     def __init__(self, judge: OpenAIJudge) -> None:

@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -191,7 +192,7 @@ async def judge_batches(context: dg.AssetExecutionContext, config: JudgeConfig,
     return None
 
 
-def batch_metadata(state: object) -> dict[str, object]:
+def batch_metadata(state: object) -> dict[str, Any]:
     """What the UI shows about a batch-mode judge's provider batches."""
     from eval_pipeline.judges.batch.engine import BatchRun
 
@@ -246,7 +247,7 @@ def judgment_metadata(config: JudgeConfig, rows: Sequence[JudgmentRow], table: p
     totals = summarize_rows(rows)
     ok = table[table["status"] == "ok"]
     modes = Counter(getattr(r, "reply_mode", "") or outcome.reply_mode for r in rows)
-    mode = {"judge.mode": config.mode}
+    mode: dict[str, Any] = {"judge.mode": config.mode}
     if batch is not None:
         mode |= batch_metadata(batch)
     return mode | {
