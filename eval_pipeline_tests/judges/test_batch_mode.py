@@ -20,7 +20,9 @@ from eval_pipeline.judges.batch.engine import BatchRun, advance, poll
 from eval_pipeline.judges.batch.ledger import BatchLedger
 from eval_pipeline.judges.cache import JudgeCache
 from eval_pipeline.judges.config import JudgeConfig, JudgesFileError, parse_judges
+from eval_pipeline.judges._common import estimate_tokens
 from eval_pipeline.judges.estimate import estimate_cost
+from eval_pipeline.judges.requests import build_request
 from eval_pipeline.judges.runner import ClipTask
 from eval_pipeline.rubrics import ALL_EVALUATIONS
 from eval_pipeline_tests.judges.conftest import SECRET, make_tasks
@@ -204,6 +206,24 @@ def test_a_killed_run_picks_the_same_batch_up_again(fake, tmp_path):
     done = process(lambda ledger, cache: _step(config, tasks, ledger, cache))
     assert done.state == "done" and batches.created == 1
     assert all(r.status == "ok" for r in done.rows) and batches.lines == 2
+
+
+def test_budget_caps_what_is_submitted_and_skips_the_rest(fake, stores):
+    server, batches = fake
+    ledger, cache = stores
+    tasks = make_tasks(4, 1)
+    # The worst case of one request (its estimated input, all of max_tokens out, at $1 a
+    # million tokens both ways); a budget for two and a half of them.
+    worst = (estimate_tokens(*(lambda r: (r.system_prompt, r.user_prompt))(
+        build_request(tasks[0], ""))) + 500) / 1e6
+    config = _config(server, max_tokens=500, budget_usd=round(2.5 * worst, 8),
+                     input_price_per_mtok=1.0, output_price_per_mtok=1.0)
+    state, _ = _until_done(config, tasks, ledger, cache, batches)
+    ok = [r for r in state.rows if r.status == "ok"]
+    skipped = [r for r in state.rows if r.status == "skipped"]
+    assert len(ok) == 2 and len(skipped) == 2
+    assert all(r.scores == "{}" and "budget cap reached" in (r.error or "") for r in skipped)
+    assert batches.lines == len(ok)  # the skipped requests were never sent
 
 
 def test_chain_off_sends_everything_in_one_wave(fake, stores):

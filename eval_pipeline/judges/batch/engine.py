@@ -322,6 +322,46 @@ async def _submit(needed: dict[str, tuple[JudgeRequest, str]], job: str,
     return len(lines)
 
 
+BUDGET_REFUSAL = "budget cap reached"
+
+
+def _within_budget(config: JudgeConfig, needed: dict[str, tuple[JudgeRequest, str]],
+                   ledger: BatchLedger, job: str) -> dict[str, tuple[JudgeRequest, str]]:
+    """The needed requests whose worst case (estimated input, ``max_tokens`` output, batch
+    price) fits the budget left after what the job's answers cost, in walk order (longest
+    chains' earliest clips first, as met). The rest are recorded as refused lines, never
+    sent: their rows are ``skipped`` with the reason, as in live mode."""
+    if config.budget_usd is None:
+        return needed
+    from eval_pipeline.judges._common import estimate_tokens
+
+    endpoint = resolve_endpoint(config)
+    price = batch_price_for(config, endpoint.model, local=endpoint.local)
+    if price is None:
+        return needed
+    spent = sum(price.cost(line.tokens_in, line.tokens_out) for line in ledger.lines(job=job))
+    kept: dict[str, tuple[JudgeRequest, str]] = {}
+    refused: list[LedgerLine] = []
+    for key, (request, cache_key_) in needed.items():
+        worst = price.cost(estimate_tokens(request.system_prompt, request.user_prompt),
+                           config.max_tokens)
+        if spent + worst <= config.budget_usd:
+            spent += worst
+            kept[key] = (request, cache_key_)
+            continue
+        refused.append(LedgerLine(
+            batch_id="", custom_id=_custom_id(key), request_key=key, cache_key=cache_key_,
+            request=request, state="errored", retryable=False,
+            error=f"{BUDGET_REFUSAL}: ${spent:.4f} committed of ${config.budget_usd:.4f}; "
+                  "request not submitted"))
+    if refused:
+        batch_id = f"unsubmitted-{job}-{len(ledger.batches(job)) + 1}"
+        ledger.add_batch(job, batch_id, "not submitted",
+                         [line.model_copy(update={"batch_id": batch_id}) for line in refused],
+                         ended=True)
+    return kept
+
+
 async def advance(config: JudgeConfig, judge: Judge, tasks: Sequence[ClipTask],
                   partitions: Sequence[str], ledger: BatchLedger, cache: JudgeCache | None,
                   *, transport: BatchTransport | None = None,
@@ -347,10 +387,16 @@ async def advance(config: JudgeConfig, judge: Judge, tasks: Sequence[ClipTask],
         rows, complete = await _walk(replay, tasks, config, _runtime(config, view))
         if complete:
             ledger.close_job(job.job)
+            rows = [r.model_copy(update={"status": "skipped"})
+                    if r.status == "failed" and (r.error or "").startswith(BUDGET_REFUSAL)
+                    else r for r in rows]
             return _summary(job.job, "done", config, tasks, ledger, rows=rows)
         if replay.waiting or not replay.needed:
             break
-        submitted = await _submit(replay.needed, job.job, transport, ledger, judge)
+        needed = _within_budget(config, replay.needed, ledger, job.job)
+        if not needed:
+            continue  # every needed request was over the budget: skipped, walk again
+        submitted = await _submit(needed, job.job, transport, ledger, judge)
         if submitted:
             say(f"judge {config.name!r}: submitted {submitted} request(s), wave "
                 f"{len(ledger.batches(job.job))}")
