@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from eval_pipeline.judges import make_judge
+from eval_pipeline.judges._common import estimate_tokens
 from eval_pipeline.judges.batch.engine import BatchRun, advance, poll
 from eval_pipeline.judges.batch.ledger import BatchLedger
 from eval_pipeline.judges.cache import JudgeCache
 from eval_pipeline.judges.config import JudgeConfig, JudgesFileError, parse_judges
-from eval_pipeline.judges._common import estimate_tokens
 from eval_pipeline.judges.estimate import estimate_cost
 from eval_pipeline.judges.requests import build_request
 from eval_pipeline.judges.runner import ClipTask
