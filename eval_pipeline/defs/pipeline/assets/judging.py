@@ -66,6 +66,8 @@ def judge_code_version(config: JudgeConfig) -> str:
                f"eval_pipeline.judges.{_MODULE[config.provider]}"]
     if config.provider != "heuristic":
         modules += ["eval_pipeline.judges.sdk_judge", "eval_pipeline.judges.schema"]
+    if config.mode == "batch":  # the walk and the transport shape a batch judge's rows
+        modules += ["eval_pipeline.judges.batch.engine", "eval_pipeline.judges.batch.transport"]
     code = source_version(*modules)
     return hashlib.sha256((shaping + templates_version() + code).encode()).hexdigest()[:12]
 
