@@ -81,9 +81,10 @@ def summary_lines(tables: dict[str, pd.DataFrame], batches: int,
         cached = int(table["cached"].sum()) if len(table) else 0
         tokens = (int(table["tokens_in"].sum()), int(table["tokens_out"].sum())) if len(
             table) else (0, 0)
+        mode = f", {judge.mode} mode" if judge.provider != "heuristic" else ""
         lines.append((f"judgments [{judge.name}]",
                       f"{len(table)} ({detail}; cached {cached}; tokens {tokens[0]} in "
-                      f"/ {tokens[1]} out; ${cost:.4f})"))
+                      f"/ {tokens[1]} out; ${cost:.4f}{mode})"))
     routing = tables.get("routing_checks")
     if routing is not None and len(routing):
         lines.append(("routing checks", f"{int(routing['passed'].sum())}/{len(routing)} passed"))
@@ -358,6 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--check-judges", action="store_true",
                      help="before any batch, send each LLM judge one 1-token request: an "
                      "unreachable base_url or a refused key stops the run in one line")
+    run.add_argument("--no-wait", action="store_true",
+                     help="with a judge in mode: batch, submit its provider batch and exit "
+                     "(default: wait, polling with a progress line); the same command "
+                     "later, or the UI's batch_results_sensor, picks the results up")
     run.add_argument("--dry-run", action="store_true",
                      help="print the judge calls, tokens and cost the run would make; "
                      "call nothing")
@@ -449,6 +454,22 @@ def preprocess_only(args: argparse.Namespace, preprocess: PreprocessConfig,
     return 0
 
 
+def print_pending(pending: Sequence[str], argv: Sequence[str]) -> int:
+    """``--no-wait``: what is out at the provider and how to pick it up later."""
+    import shlex
+
+    print("BATCHES PENDING: judging goes on at the provider (answers within 24 hours)")
+    for line in pending:
+        print(f"  {line}")
+    again = shlex.join(a for a in argv if a != "--no-wait")
+    print("\nPick the results up later with the same command (it finds the same batches "
+          "through the ledger; nothing is submitted or paid twice):\n"
+          f"  eval-pipeline {again}\n"
+          "or let the UI collect them (batch_results_sensor requests the runs):\n"
+          f"  DAGSTER_HOME={os.environ['DAGSTER_HOME']} dg dev")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "forget":
@@ -487,7 +508,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                            "routing_argument_mode": args.argument_mode,
                                            "disagreement_threshold":
                                                args.disagreement_threshold},
-                                  batch_folder=args.batch_folder)
+                                  batch_folder=args.batch_folder,
+                                  wait=not args.no_wait)
+        if result.pending:
+            return print_pending(result.pending,
+                                 sys.argv[1:] if argv is None else list(argv))
         per_batch = (write_batch_evaluated(result.tables.get("trajectory_summaries",
                                                              pd.DataFrame()), args.output)
                      if args.batch_folder else [])

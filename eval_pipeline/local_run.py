@@ -14,7 +14,7 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -173,6 +173,8 @@ class PipelineResult:
     batches: list[str]
     """This run's batch partitions, in order."""
     store: Store
+    pending: list[str] = field(default_factory=list)
+    """``--no-wait``: one line per batch-mode judge whose provider batch is still out."""
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,8 @@ def check_judge_keys(judges: Sequence[JudgeConfig]) -> None:
                 f"{variable}; set it, or remove the judge from the judges file")
 
 
-def _execute(job, instance, run_config: dict, batches: Sequence[str] = ()) -> str | None:
+def _execute(job, instance, run_config: dict, batches: Sequence[str] = (),
+             asset_selection: Sequence[Any] | None = None) -> str | None:
     """Run one job in-process over a range of batches (none: an unpartitioned job); the
     first step failure's message, or None on success."""
     import dagster as dg
@@ -222,7 +225,8 @@ def _execute(job, instance, run_config: dict, batches: Sequence[str] = ()) -> st
     tags = {"eval_pipeline/source": "cli", **(range_tags(batches) if batches else {})}
     try:
         result = job.execute_in_process(instance=instance, run_config=run_config,
-                                        raise_on_error=False, tags=tags)
+                                        raise_on_error=False, tags=tags,
+                                        asset_selection=asset_selection)
     except dg.DagsterInvalidConfigError as exc:  # e.g. a resource's EnvVar is not set
         return f"invalid configuration: {' '.join(str(exc).split())[:500]}"
     return None if result.success else _first_failure(result)
@@ -254,7 +258,7 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
                  workers: int = 1, batches_per_run: int | None = None,
                  store: Path | None = None,
                  routing: Mapping[str, object] | None = None,
-                 batch_folder: bool = False) -> PipelineResult:
+                 batch_folder: bool = False, wait: bool = True) -> PipelineResult:
     """Run every stage for every batch through Dagster and export the results.
 
     Batch files and asset Parquet go to the instance's store (``store``, else as
@@ -268,7 +272,9 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     ``pipeline`` resource's routing modes (``routing_mode``, ``routing_argument_mode``) and
     any other of its settings passed along (``disagreement_threshold``).
     ``batch_folder``: ``input_path`` is a folder already split into batch files, each one
-    batch named after its file (see :func:`split_batch_folder_inputs`).
+    batch named after its file (see :func:`split_batch_folder_inputs`). ``wait``: with a
+    batch-mode judge, poll its provider batches and collect them (False: return once they
+    are submitted, with ``pending`` saying so).
     """
     check_judge_keys(judges)
     where = resolve_store(store)
@@ -277,7 +283,7 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
             return _run_in_store(where, input_path, output, judges, split_size,
                                  preprocess or PreprocessConfig(), read or ReadOptions(),
                                  log_level, workers, batches_per_run, routing or {},
-                                 batch_folder)
+                                 batch_folder, wait)
     except StoreBusyError as exc:
         raise PipelineInputError(str(exc)) from None
 
@@ -286,8 +292,8 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
                   judges: Sequence[JudgeConfig], split_size: int,
                   preprocess: PreprocessConfig, read: ReadOptions, log_level: str,
                   workers: int, batches_per_run: int | None,
-                  routing: Mapping[str, object], batch_folder: bool = False
-                  ) -> PipelineResult:
+                  routing: Mapping[str, object], batch_folder: bool = False,
+                  wait: bool = True) -> PipelineResult:
     import dagster as dg
 
     from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION, batch_ranges
@@ -327,6 +333,9 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
         if failure:
             raise PipelineInputError(f"batch {failure[0]} failed: {failure[1]}")
     defs = spec.definitions()
+    pending = collect_batches(spec, defs, runs, keys, wait)
+    if pending:
+        return PipelineResult({}, keys, where, pending)
     with dg.DagsterInstance.get() as instance:
         error = _execute(defs.resolve_job_def("evaluation_report_job"), instance,
                          spec.run_config)
@@ -575,3 +584,41 @@ def run_routing_suites(suites: Sequence[Path], model: JudgeConfig, mode: str = "
     if error:
         raise PipelineInputError(f"routing suites failed: {error}")
     return pd.read_parquet(where.assets / "routing_suite_results.parquet")
+
+
+# -- batch-mode judges (#18): wait for the provider's batches, or leave them ---------------
+
+def collect_batches(spec: BatchRunSpec, defs: Any, runs: Sequence[Sequence[str]],
+                    keys: Sequence[str], wait: bool) -> list[str]:
+    """After the runs, while a batch-mode judge's provider batch is out on these batches:
+    poll it (one progress line per look) and, once it has ended, run the judge and
+    everything downstream of it again over the same batches, which collects the answers
+    and submits the next wave or materializes. ``wait=False``: return a line per pending
+    judge instead. The same thing the UI's batch_results_sensor does, in the foreground."""
+    if not any(j.mode == "batch" for j in spec.judges):
+        return []
+    import dagster as dg
+
+    from eval_pipeline.judges.batch.waiting import pending_jobs, wait_for_batches
+
+    shown = progress.current()
+    report = dg.AssetKey("evaluation_report")
+    batch_keys = [dg.AssetKey(["judgments", j.name]) for j in spec.judges if j.mode == "batch"]
+    selection = sorted(dg.AssetSelection.assets(*batch_keys).downstream().resolve(
+        defs.resolve_asset_graph()) - {report}, key=lambda k: k.to_user_string())
+    job = defs.resolve_job_def("evaluate_batch")
+    while jobs := pending_jobs(spec.judges, keys):
+        if not wait:
+            return [f"judge {j.judge!r}: wave {j.waves} submitted, provider batch "
+                    f"{', '.join(j.in_flight) or '(none in flight)'} ({j.lines} requests)"
+                    for j in jobs]
+        wait_for_batches(spec.judges, keys, shown.note)
+        shown.note("collecting provider batches: "
+                   + ", ".join(f"{j.judge} wave {j.waves}" for j in jobs))
+        with dg.DagsterInstance.get() as instance:
+            for batches in runs:
+                error = _execute(job, instance, spec.run_config, batches, selection)
+                if error:
+                    raise PipelineInputError(f"collecting the batch judges' results for "
+                                             f"{batches[0]}...{batches[-1]} failed: {error}")
+    return []

@@ -52,7 +52,7 @@ class AnthropicJudge(SdkJudge):
         self._body: dict[str, Any] = ({"temperature": config.temperature}
                                       if sends_temperature(config, self.endpoint) else {})
 
-    async def _create(self, request: JudgeRequest, *, tools: bool) -> Message:
+    def _params(self, request: JudgeRequest, *, tools: bool) -> dict[str, Any]:
         kwargs: dict[str, Any] = {}
         user = request.user_prompt
         if tools:
@@ -62,12 +62,23 @@ class AnthropicJudge(SdkJudge):
                                      "disable_parallel_tool_use": True}
         else:
             user = self._prompt_with_schema(request)
+        return {"model": self.model, "max_tokens": self.config.max_tokens,
+                "system": request.system_prompt,
+                "messages": [{"role": "user", "content": user}], **kwargs}
+
+    def request_params(self, request: JudgeRequest) -> dict[str, Any]:
+        """The Messages parameters this judge sends for ``request`` in its current reply
+        mode, body extras included: what a Message Batches request carries (judges/batch)."""
+        return {**self._params(request, tools=self.reply_mode == "tool"), **self._body}
+
+    def read_message(self, request: JudgeRequest, message: Message) -> JudgeReply:
+        """The reply in a message, read as every live answer is (a batch result's too)."""
+        return self._read(request, message)
+
+    async def _create(self, request: JudgeRequest, *, tools: bool) -> Message:
         try:
             return await self._client.messages.create(
-                model=self.model, max_tokens=self.config.max_tokens,
-                system=request.system_prompt,
-                messages=[{"role": "user", "content": user}],
-                extra_body=self._body or None, **kwargs)
+                **self._params(request, tools=tools), extra_body=self._body or None)
         except anthropic.APIError as exc:
             raise self._translate(exc) from None
 

@@ -20,6 +20,7 @@ from eval_pipeline.rubrics import ALL_EVALUATIONS
 
 Provider = Literal["heuristic", "openai", "openai_compatible", "anthropic"]
 OutputMode = Literal["json_schema", "json_object", "tool", "text"]
+JudgeMode = Literal["live", "batch"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -105,6 +106,23 @@ class JudgeConfig(BaseModel):
         description="Evaluation kinds this judge produces: clip_rubric, thought_to_tool, "
         "query_to_thought, sequence_optimality (default: all four).",
     )
+
+    mode: JudgeMode = Field(
+        default="live",
+        description="live: one request per judgment, answered in seconds. batch: the "
+        "provider's batch API (OpenAI Batch, Anthropic Message Batches, or an "
+        "OpenAI-compatible server with /v1/files and /v1/batches): half the price, answers "
+        "within 24 hours; see docs/judges.md, Batch mode.")
+    batch_waves: int | None = Field(
+        default=None, ge=1,
+        description="Batch mode: at most this many waves (provider batches in sequence) "
+        "per run. None: the full context chain, one wave per clip position (clip k of every "
+        "trajectory in wave k). N: each clip carries the summaries of the earlier clips of "
+        "its stretch of N (1: no context chain, everything in one wave).")
+    batch_poll_s: float = Field(
+        default=30.0, gt=0,
+        description="Batch mode: seconds between polls of a pending batch (CLI wait loop "
+        "and the batch results sensor's interval floor).")
 
     def key_env(self) -> str | None:
         """The variable that holds this judge's key: ``api_key_env``, or the preset's usual
@@ -384,7 +402,14 @@ def _check_endpoint(judge: JudgeConfig) -> None:
     an output_mode the provider lacks, a budget without a price), now, not at the first
     call of the first batch."""
     if judge.provider == "heuristic":
+        if judge.mode == "batch":
+            raise JudgesFileError(f"judge {judge.name!r}, field mode: the heuristic judge "
+                                  "has no batch API (mode: batch is for openai, anthropic "
+                                  "and openai_compatible judges)")
         return
+    if judge.mode == "batch" and judge.repeats > 1:
+        raise JudgesFileError(f"judge {judge.name!r}, field repeats: mode batch asks each "
+                              "judgment once (repeats: 1); use mode: live to measure spread")
     from eval_pipeline.judges.presets import resolve_endpoint
     from eval_pipeline.judges.pricing import price_for
 

@@ -9,22 +9,25 @@ independent calls they are, each checked against the cache on its own;
 ``max_cost_usd`` assumes every call uses its whole ``max_tokens``, the bound the budget
 guard reserves against. A judge with ``repeats: N`` asks every judgment N times, each
 repeat its own call and cache entry, so its calls (those not cached) count N times.
-Repair attempts and retries are not included.
+Repair attempts and retries are not included. Beside the live estimate stands what the
+same calls cost through the provider's batch API (``batch cost``; half price at OpenAI and
+Anthropic) and, for a judge in ``mode: batch``, how many waves its context chain needs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from tabulate import tabulate
 
 from eval_pipeline.judges._common import estimate_tokens
 from eval_pipeline.judges.base import ClipTask
+from eval_pipeline.judges.batch.waves import expected_waves
 from eval_pipeline.judges.cache import JudgeCache, cache_key
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import call_identity, resolve_endpoint
-from eval_pipeline.judges.pricing import price_for
+from eval_pipeline.judges.pricing import batch_price_for, price_for
 from eval_pipeline.judges.requests import (
     build_react_requests,
     build_request,
@@ -49,6 +52,12 @@ class JudgeEstimate(BaseModel):
     est_cost_usd: float | None
     max_cost_usd: float | None
     budget_usd: float | None = None
+    mode: str = "live"
+    est_batch_cost_usd: float | None = Field(
+        default=None, description="The same calls through the provider's batch API "
+        "(half price at OpenAI and Anthropic); None where there is none (heuristic, local)")
+    waves: int | None = Field(default=None, description="Batch mode: provider batches in "
+                              "sequence the context chain needs (see batch_waves)")
 
     @property
     def over_budget(self) -> bool:
@@ -75,21 +84,31 @@ class DryRunEstimate(BaseModel):
     def max_cost_usd(self) -> float:
         return sum(j.max_cost_usd or 0.0 for j in self.judges)
 
+    @property
+    def est_batch_cost_usd(self) -> float:
+        """Every judge that can batch at its batch price, the others at their live one."""
+        return sum(j.est_batch_cost_usd if j.est_batch_cost_usd is not None
+                   else (j.est_cost_usd or 0.0) for j in self.judges)
+
     def to_table(self) -> str:
         def usd(value: float | None) -> str:
             return "unpriced" if value is None else f"${value:.4f}"
 
-        rows = [[j.judge, j.provider, j.model, j.clips, j.calls, j.cached, j.est_tokens_in,
-                 j.est_tokens_out, usd(j.est_cost_usd), usd(j.max_cost_usd),
+        rows = [[j.judge, j.provider, j.model,
+                 j.mode + (f" ({j.waves} waves)" if j.waves is not None else ""), j.clips,
+                 j.calls, j.cached, j.est_tokens_in, j.est_tokens_out, usd(j.est_cost_usd),
+                 "-" if j.est_batch_cost_usd is None else usd(j.est_batch_cost_usd),
+                 usd(j.max_cost_usd),
                  "-" if j.budget_usd is None else
                  f"${j.budget_usd:.2f}{' (over)' if j.over_budget else ''}"]
                 for j in self.judges]
-        rows.append(["total", "", "", "", self.calls, sum(j.cached for j in self.judges),
+        rows.append(["total", "", "", "", "", self.calls, sum(j.cached for j in self.judges),
                      sum(j.est_tokens_in for j in self.judges),
                      sum(j.est_tokens_out for j in self.judges), usd(self.est_cost_usd),
-                     usd(self.max_cost_usd), ""])
-        headers = ["judge", "provider", "model", "clips", "calls", "cached", "tokens in",
-                   "tokens out", "est. cost", "max cost", "budget"]
+                     usd(self.est_batch_cost_usd), usd(self.max_cost_usd), ""])
+        headers = ["judge", "provider", "model", "mode", "clips", "calls", "cached",
+                   "tokens in", "tokens out", "est. cost (live)", "batch cost", "max cost",
+                   "budget"]
         return tabulate(rows, headers=headers, tablefmt="simple")
 
 
@@ -136,12 +155,15 @@ def _estimate_one(tasks: Sequence[ClipTask], config: JudgeConfig,
             hits_so_far = False
             summaries.append(_PLACEHOLDER_SUMMARY)
     tokens_out = calls * min(output_tokens, config.max_tokens)
+    batch = None if endpoint.local else batch_price_for(config, endpoint.model)
     return JudgeEstimate(
         judge=config.name, provider=config.provider, model=endpoint.model, clips=len(tasks),
         calls=calls, cached=cached, est_tokens_in=tokens_in, est_tokens_out=tokens_out,
         est_cost_usd=price.cost(tokens_in, tokens_out) if price else None,
         max_cost_usd=price.cost(tokens_in, calls * config.max_tokens) if price else None,
-        budget_usd=config.budget_usd,
+        budget_usd=config.budget_usd, mode=config.mode,
+        est_batch_cost_usd=batch.cost(tokens_in, tokens_out) if batch else None,
+        waves=expected_waves(config, tasks) if config.mode == "batch" else None,
     )
 
 

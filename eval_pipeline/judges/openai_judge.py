@@ -126,6 +126,16 @@ class OpenAIJudge(SdkJudge):
         async with self._gate.turn():
             completion = await self._create(request)
             self._gate.settled = True
+        return self.read_completion(request, completion)
+
+    def request_body(self, request: JudgeRequest) -> dict[str, Any]:
+        """The Chat Completions body this judge sends for ``request`` in its current reply
+        mode: what a batch line carries (judges/batch), byte for byte the live request."""
+        return self._kwargs(request, self.reply_mode)
+
+    def read_completion(self, request: JudgeRequest, completion: ChatCompletion) -> JudgeReply:
+        """The reply in a completion, read and checked as every live answer is (also for a
+        completion that came back in a batch's output file)."""
         usage = completion.usage
         tokens: Tokens = {"tokens_in": usage.prompt_tokens if usage else 0,
                           "tokens_out": usage.completion_tokens if usage else 0}

@@ -78,3 +78,56 @@ def price_for(config: JudgeConfig, model: str | None = None, local: bool = False
         output_per_mtok=config.output_price_per_mtok
         if config.output_price_per_mtok is not None else (base.output_per_mtok if base else 0.0),
     )
+
+
+# Batch APIs (OpenAI Batch, Anthropic Message Batches): half the list price above, input and
+# output alike, as both providers publish (2025). Longest matching prefix wins, as above.
+DEFAULT_BATCH_PRICES: dict[str, tuple[float, float]] = {
+    # OpenAI Batch API
+    "gpt-5": (0.625, 5.0),
+    "gpt-5-mini": (0.125, 1.0),
+    "gpt-5-nano": (0.025, 0.20),
+    "gpt-4.1": (1.0, 4.0),
+    "gpt-4.1-mini": (0.20, 0.80),
+    "gpt-4.1-nano": (0.05, 0.20),
+    "gpt-4o": (1.25, 5.0),
+    "gpt-4o-mini": (0.075, 0.30),
+    "o3": (1.0, 4.0),
+    "o3-mini": (0.55, 2.20),
+    "o4-mini": (0.55, 2.20),
+    # Anthropic Message Batches
+    "claude-opus-4-5": (2.50, 12.50),
+    "claude-opus-4": (7.50, 37.50),
+    "claude-sonnet-4": (1.50, 7.50),
+    "claude-3-7-sonnet": (1.50, 7.50),
+    "claude-3-5-sonnet": (1.50, 7.50),
+    "claude-haiku-4-5": (0.50, 2.50),
+    "claude-3-5-haiku": (0.40, 2.0),
+}
+# An OpenAI-compatible server's batch discount is its own business: without a known batch
+# price its live price stands (never a made-up discount).
+
+
+def _lookup(table: dict[str, tuple[float, float]], model: str) -> Price | None:
+    name = model.lower().rsplit("/", 1)[-1]
+    matches = [prefix for prefix in table if name.startswith(prefix)]
+    if not matches:
+        return None
+    best = table[max(matches, key=len)]
+    return Price(input_per_mtok=best[0], output_per_mtok=best[1])
+
+
+def batch_price_for(config: JudgeConfig, model: str | None = None, local: bool = False
+                    ) -> Price | None:
+    """What the judge pays per token through its provider's batch API.
+
+    Prices set in the judges file are the judge's own (taken as its batch price too: whoever
+    pins a price knows what they pay); otherwise the batch table for the model, else the
+    live price (a compatible server with no published batch discount).
+    """
+    live = price_for(config, model, local)
+    if local or config.provider == "heuristic":
+        return live
+    if config.input_price_per_mtok is not None or config.output_price_per_mtok is not None:
+        return live
+    return _lookup(DEFAULT_BATCH_PRICES, model or config.model) or live

@@ -307,6 +307,10 @@ class FakeLLMServer:
         self._first_at: float | None = None
         self._changed_at = 0.0
         self._lock = threading.Lock()
+        # Extra endpoints (e.g. fake_batches.FakeBatches): each route gets (method, path,
+        # headers, body bytes) and answers (status, body bytes, content type) or None.
+        self.routes: list[Callable[[str, str, dict[str, str], bytes],
+                                   tuple[int, bytes, str] | None]] = []
         self._httpd = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05}, daemon=True)
@@ -489,9 +493,32 @@ class FakeLLMServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
+            def _routed(self, method: str, raw: bytes) -> bool:
+                """Answer from an extra route, if one takes this request."""
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                for route in server.routes:
+                    answer = route(method, self.path, headers, raw)
+                    if answer is not None:
+                        code, data, content_type = answer
+                        self.send_response(code)
+                        self.send_header("content-type", content_type)
+                        self.send_header("content-length", str(len(data)))
+                        self.end_headers()
+                        self.wfile.write(data)
+                        return True
+                return False
+
+            def do_GET(self) -> None:
+                if not self._routed("GET", b""):
+                    self._send(404, {"error": {"message": f"no route {self.path}",
+                                               "type": "not_found"}}, {})
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length)
+                if server.routes and self._routed("POST", raw):
+                    return
+                body = json.loads(raw or b"{}")
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 act = server._next(Recorded(self.path, headers, body, time.monotonic()))
                 n = server.calls

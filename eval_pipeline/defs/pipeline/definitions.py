@@ -35,6 +35,7 @@ from eval_pipeline.defs.pipeline.automation import (
     report_after_batch_sensor,
     report_job,
 )
+from eval_pipeline.defs.pipeline.batch_sensor import build_batch_results_sensors
 from eval_pipeline.defs.pipeline.io_manager import ParquetIOManager
 from eval_pipeline.defs.pipeline.partitions import described
 from eval_pipeline.defs.pipeline.phoenix import (
@@ -83,7 +84,8 @@ def build_definitions(
         assets=build_assets(judges) + phoenix_assets(judges, phoenix),
         jobs=[batch_job, report_job, routing_suite_job],
         sensors=[new_drop_sensor, report_after_batch_sensor,
-                 *([build_phoenix_sensor()] if phoenix else [])],
+                 *([build_phoenix_sensor()] if phoenix else []),
+                 *build_batch_results_sensors(judges)],
         schedules=[build_daily_schedule(),
                    build_routing_suite_schedule(model_under_test is not None)],
         resources={

@@ -10,9 +10,10 @@ judge layer that imports dagster.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 from pydantic import Field
@@ -41,6 +42,9 @@ from eval_pipeline.judges.runner import (
 )
 from eval_pipeline.phoenix.connection import PhoenixConnection
 from eval_pipeline.rubrics import EVAL_KIND_CLIP
+
+if TYPE_CHECKING:  # the batch package imports both SDKs; only batch-mode judges need them
+    from eval_pipeline.judges.batch.engine import BatchRun
 
 # JudgeConfig fields carried by the resource; None means "not set in the judges file".
 _CONFIG_FIELDS = tuple(JudgeConfig.model_fields)
@@ -78,6 +82,10 @@ class LLMJudgeResource(dg.ConfigurableResource):
         "docs/judges.md, Repeats")
     evaluations: list[str] | None = Field(
         default=None, description="Evaluation kinds to produce (default: all four)")
+    mode: str | None = Field(default=None, description="live (default) or batch: the "
+                             "provider's batch API, half price; see docs/judges.md")
+    batch_waves: int | None = None
+    batch_poll_s: float | None = None
     api_key: str | None = Field(default=None, description="Bound from EnvVar(api_key_env)")
     cache_path: str | None = Field(
         default=None, description="SQLite judge cache; default $DAGSTER_HOME/storage")
@@ -269,3 +277,60 @@ def phoenix_resource_from_env() -> PhoenixResource | None:
         base_url=dg.EnvVar(PHOENIX_URL_ENV),
         api_key=key,
         project=os.environ.get(PHOENIX_PROJECT_ENV) or "default")
+
+
+# -- batch mode (#18): the provider's batch API instead of live requests -------------------
+
+def _ledger_path(resource: LLMJudgeResource) -> Path:
+    from eval_pipeline.judges.batch.ledger import ledger_path_for
+
+    return ledger_path_for(Path(resource.cache_path) if resource.cache_path
+                           else default_cache_path())
+
+
+async def run_batch(resource: LLMJudgeResource, tasks: Sequence[ClipTask],
+                    partitions: Sequence[str], log: Callable[[str], None] | None = None
+                    ) -> tuple[BatchRun, JudgeOutcome | None]:
+    """Advance a batch-mode judge's job on these partitions (collect what has ended,
+    submit the next wave); the outcome, with every row, once the job is done.
+
+    A function beside the resource rather than a method, so the resource's fields (what
+    the launchpad shows) stay as they are for the other judges."""
+    from eval_pipeline.judges.batch.engine import advance
+    from eval_pipeline.judges.batch.ledger import BatchLedger
+
+    config = resource.judge_config()
+    fitted, truncation = resource.fit(tasks)
+    judge = resource.build()
+    cache = resource.open_cache()
+    try:
+        with BatchLedger(_ledger_path(resource)) as ledger:
+            state = await advance(config, judge, fitted, partitions, ledger, cache, log=log)
+    finally:
+        if cache is not None:
+            cache.close()
+        await judge.aclose()
+    if state.state != "done":
+        return state, None
+    rows = record_truncation(state.rows, truncation)
+    return state, JudgeOutcome(config.name, rows, judge.reply_mode, judge.reply_mode_note)
+
+
+async def poll_batches(resource: LLMJudgeResource
+                       ) -> dict[str, tuple[list[str], list[str]]]:
+    """Ask the provider about the judge's batches in flight; open job -> (its partitions,
+    the ids of its batches that have now ended), for every job a run can move on."""
+    from eval_pipeline.judges.batch.engine import poll
+    from eval_pipeline.judges.batch.ledger import BatchLedger
+
+    path = _ledger_path(resource)
+    if not path.exists():
+        return {}
+    judge = resource.build()
+    try:
+        with BatchLedger(path) as ledger:
+            ended = await poll(judge, ledger)
+            return {job.job: (job.partitions, [b.batch_id for b in ended[job.job]])
+                    for job in ledger.open_jobs(judge.name) if job.job in ended}
+    finally:
+        await judge.aclose()

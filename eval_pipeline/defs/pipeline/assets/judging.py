@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -57,12 +58,16 @@ def judge_code_version(config: JudgeConfig) -> str:
     if config.repeats == 1:
         fields.discard("repeats")
     shaping = config.model_dump_json(include=fields)
+    if config.mode == "batch" and config.batch_waves is not None:
+        shaping += f"|batch_waves={config.batch_waves}"  # a bounded chain: other prompts
     modules = ["eval_pipeline.rubrics", "eval_pipeline.judges.runner",
                "eval_pipeline.judges.judgment", "eval_pipeline.judges.repeats",
                "eval_pipeline.judges.requests", "eval_pipeline.judges.reply",
                f"eval_pipeline.judges.{_MODULE[config.provider]}"]
     if config.provider != "heuristic":
         modules += ["eval_pipeline.judges.sdk_judge", "eval_pipeline.judges.schema"]
+    if config.mode == "batch":  # the walk and the transport shape a batch judge's rows
+        modules += ["eval_pipeline.judges.batch.engine", "eval_pipeline.judges.batch.transport"]
     code = source_version(*modules)
     return hashlib.sha256((shaping + templates_version() + code).encode()).hexdigest()[:12]
 
@@ -127,14 +132,19 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
         tasks = {b: ingest.clip_tasks(clips[b], preprocessed_trajectories[b]) for b in batches}
         every_task = [t for b in batches for t in tasks[b]]
         versions = {b: upstream_versions(context.instance, b, chosen) for b in batches}
+        states: dict[str, object] = {}  # batch-mode judges: their provider batches
         outcomes = await asyncio.gather(*(
+            judge_batches(context, c, every_task, batches, states) if c.mode == "batch" else
             getattr(context.resources, resource_key(c)).run_result(every_task) for c in chosen))
         for config, outcome in zip(chosen, outcomes, strict=True):
+            if outcome is None:  # batch mode, results not all in: nothing to materialize yet
+                continue
             if outcome.failed:
                 context.log.error(f"judge {config.name!r} failed: {outcome.failed}")
             split = rows_by_batch(outcome.rows, tasks)
             tables = {b: judgment_table(r) for b, r in split.items()}
-            metadata = {b: judgment_metadata(config, split[b], tables[b], outcome)
+            metadata = {b: judgment_metadata(config, split[b], tables[b], outcome,
+                                             states.get(config.name))
                         | judgment_changes(context.instance, config, b, tables[b], versions[b])
                         for b in batches}
             out_of_range = {b: n for b, t in tables.items() if (n := out_of_range_scores(t))}
@@ -149,6 +159,57 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
                 yield check
 
     return judgments
+
+
+BATCH_TAG = "eval_pipeline/batch"
+"""Run tag of a run with a batch-mode judge: ``pending`` (a provider batch is out; the
+batch_results_sensor requests the run that collects it) or ``collected``."""
+
+
+async def judge_batches(context: dg.AssetExecutionContext, config: JudgeConfig,
+                        tasks: Sequence[ClipTask], batches: Sequence[str],
+                        states: dict[str, object]) -> JudgeOutcome | None:
+    """A batch-mode judge's share of the step: collect what has ended, submit the next
+    wave; its outcome once every answer is in, else None (the judge's output is not
+    produced, so this run materializes nothing downstream of it). No worker waits: the
+    run ends, the batch_results_sensor notices the provider's results and requests the run
+    that picks them up. A pending partition shows as an observation on the judge's asset
+    (metadata ``batch: pending``, the batch ids) and as the run's tag."""
+    from eval_pipeline.defs.pipeline.resources import run_batch
+
+    resource = getattr(context.resources, resource_key(config))
+    state, outcome = await run_batch(resource, tasks, batches, log=context.log.info)
+    context.instance.add_run_tags(context.run_id, {
+        BATCH_TAG: "collected" if outcome is not None else "pending",
+        f"{BATCH_TAG}/{config.name}": f"{state.state}: wave {state.waves}"})
+    if outcome is not None:
+        states[config.name] = state
+        return outcome
+    for batch in batches:
+        context.log_event(dg.AssetObservation(
+            asset_key=judgment_asset_key(config), partition=batch,
+            metadata=batch_metadata(state)))
+    context.log.info(f"judge {config.name!r}: batch pending ({', '.join(state.in_flight)}); "
+                     "batch_results_sensor requests the run that collects it")
+    return None
+
+
+def batch_metadata(state: object) -> dict[str, Any]:
+    """What the UI shows about a batch-mode judge's provider batches."""
+    from eval_pipeline.judges.batch.engine import BatchRun
+
+    assert isinstance(state, BatchRun)
+    return {
+        "batch": state.state,
+        "batch.chain": state.chain,
+        "batch.waves": state.waves,
+        "batch.ids": dg.MetadataValue.json(state.batch_ids),
+        "batch.in_flight": dg.MetadataValue.json(state.in_flight),
+        "batch.requests": state.lines,
+        "batch.answered": state.answered,
+        "batch.errored_lines": state.errored,
+        "batch.cost_usd": dg.MetadataValue.float(state.cost_usd),
+    }
 
 
 def judgment_checks(config: JudgeConfig, tables: dict[str, pd.DataFrame],
@@ -183,12 +244,15 @@ def out_of_range_scores(table: pd.DataFrame) -> int:
 
 
 def judgment_metadata(config: JudgeConfig, rows: Sequence[JudgmentRow], table: pd.DataFrame,
-                      outcome: JudgeOutcome) -> dict[str, object]:
+                      outcome: JudgeOutcome, batch: object | None = None) -> dict[str, object]:
     """What the UI shows for one batch of one judge's judgments."""
     totals = summarize_rows(rows)
     ok = table[table["status"] == "ok"]
     modes = Counter(getattr(r, "reply_mode", "") or outcome.reply_mode for r in rows)
-    return {
+    mode: dict[str, Any] = {"judge.mode": config.mode}
+    if batch is not None:
+        mode |= batch_metadata(batch)
+    return mode | {
         "judge": config.name,
         "provider": config.provider,
         "model": effective_model(config),
