@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from eval_pipeline.judges.base import (
     CategoryResult,
@@ -39,7 +41,6 @@ from eval_pipeline.judges.base import (
     JudgeRequest,
 )
 from eval_pipeline.judges.requests import cut_text
-from eval_pipeline.judges.rows import JudgmentRow
 from eval_pipeline.models import FINAL_TOOL_TYPE
 from eval_pipeline.rubrics import (
     ASSESSMENT_CLIP_CHARS,
@@ -54,8 +55,31 @@ from eval_pipeline.rubrics import (
     render_trajectory_prompt,
 )
 
-__all__ = ["assessment_requests", "categories_of", "category_request", "category_result",
-           "clip_result", "clips_text", "trajectory_request"]
+__all__ = ["Answered", "Outcome", "assessment_requests", "categories_of", "category_request",
+           "category_result", "clip_result", "clips_text", "trajectory_request"]
+
+
+class Outcome(Protocol):
+    """What an assessment reads of a judgment row (a :class:`JudgmentRow` is one)."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def scores(self) -> str: ...
+
+    @property
+    def summary(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Answered:
+    """An :class:`Outcome` that is not a row: a cached answer (the dry run follows the
+    cache) or a stand-in for one not known yet."""
+
+    status: str
+    scores: str
+    summary: str
 
 
 def categories_of(tasks: Sequence[ClipTask]) -> dict[str, list[ClipTask]]:
@@ -68,7 +92,7 @@ def categories_of(tasks: Sequence[ClipTask]) -> dict[str, list[ClipTask]]:
     return out
 
 
-def clip_result(task: ClipTask, row: JudgmentRow | None) -> ClipResult:
+def clip_result(task: ClipTask, row: Outcome | None) -> ClipResult:
     """The clip with its row's outcome; no row (not judged, e.g. a failed-row stand-in)
     is shown as failed."""
     ok = row is not None and row.status == "ok"
@@ -79,7 +103,7 @@ def clip_result(task: ClipTask, row: JudgmentRow | None) -> ClipResult:
         summary=row.summary if ok and row is not None else "")
 
 
-def category_result(category: str, clip_count: int, row: JudgmentRow | None
+def category_result(category: str, clip_count: int, row: Outcome | None
                     ) -> CategoryResult:
     ok = row is not None and row.status == "ok"
     return CategoryResult(
@@ -140,7 +164,7 @@ def categories_text(results: Sequence[CategoryResult], requested: bool) -> str:
 
 
 def category_request(category: str, tasks: Sequence[ClipTask],
-                     rows: Mapping[int, JudgmentRow]) -> JudgeRequest:
+                     rows: Mapping[int, Outcome]) -> JudgeRequest:
     """The assessment of one category from its clips (``tasks``, non-empty) and the judge's
     rows for them by clip index."""
     if not tasks:
@@ -160,8 +184,8 @@ def category_request(category: str, tasks: Sequence[ClipTask],
         template_version=assessment_templates_version())
 
 
-def trajectory_request(tasks: Sequence[ClipTask], rows: Mapping[int, JudgmentRow],
-                       category_rows: Mapping[str, JudgmentRow | None] | None
+def trajectory_request(tasks: Sequence[ClipTask], rows: Mapping[int, Outcome],
+                       category_rows: Mapping[str, Outcome | None] | None
                        ) -> JudgeRequest:
     """The final assessment of a trajectory from all its clips (``tasks``, non-empty), the
     judge's clip rows by clip index and its category rows by category (None: category
@@ -190,8 +214,8 @@ def trajectory_request(tasks: Sequence[ClipTask], rows: Mapping[int, JudgmentRow
 
 
 def assessment_requests(tasks: Sequence[ClipTask], evaluations: Sequence[str],
-                        rows: Mapping[int, JudgmentRow] | None = None,
-                        category_rows: Mapping[str, JudgmentRow] | None = None
+                        rows: Mapping[int, Outcome] | None = None,
+                        category_rows: Mapping[str, Outcome] | None = None
                         ) -> list[JudgeRequest]:
     """ONE trajectory's assessment requests the ``evaluations`` ask for, categories first,
     rendered from the given rows (missing ones shown as failed). The runner builds them one

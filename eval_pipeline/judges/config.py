@@ -207,6 +207,17 @@ class JudgesFile(BaseModel):
 DEFAULT_JUDGES = [JudgeConfig(name="heuristic")]
 
 
+def without_assessments(judges: list[JudgeConfig]) -> list[JudgeConfig]:
+    """The judges with ``assessments: false`` (the CLI's ``--no-assessments``: one run
+    without the category and trajectory assessments, whatever the judges file says)."""
+    try:
+        return [JudgeConfig.model_validate({**j.model_dump(exclude_unset=True),
+                                            "assessments": False}) for j in judges]
+    except ValidationError as exc:
+        raise JudgesFileError(describe_errors(exc, {"judges": [
+            j.model_dump(exclude_unset=True) for j in judges]})) from None
+
+
 class JudgesFileError(ValueError):
     """A judges file that cannot be used, said in one line naming the judge and the field.
 
