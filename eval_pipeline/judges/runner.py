@@ -174,7 +174,7 @@ async def run_job(job: JudgeJob, tasks: Sequence[ClipTask], concurrency: int = 4
     """Judge every clip on each requested evaluation kind; never raises.
 
     Rows come grouped by trajectory: its clip-rubric rows in clip order, its category
-    assessments in the order the categories were first used, its trajectory assessment,
+    assessments in the order of their categories' last clips, its trajectory assessment,
     then its ReAct rows. ``concurrency`` applies only when the runtime has no limiter of its own.
     """
     judge, runtime = job.judge, job.runtime

@@ -8,7 +8,8 @@ showing their layout; they are written here in the layout of its ``tool_averages
 summary and reasoning and how many judges succeeded beside them:
 
 ``category_assessments``: ``{category: {average_scores, overall_average, clip_count,
-status, num_models, summary, reasoning[, errors]}}``, categories in the order first used;
+status, num_models, summary, reasoning[, errors]}}``, categories in the order of their
+last clip (the order their assessments were made);
 ``final_trajectory_assessment``: ``{average_scores, overall_average, status, num_models,
 summary, reasoning[, errors]}``.
 
