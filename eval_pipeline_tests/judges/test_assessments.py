@@ -341,6 +341,11 @@ def test_assessments_false_drops_them_and_they_need_the_clips():
     rows = asyncio.run(run_judge(HeuristicJudge(off), trajectory(),
                                  evaluations=off.evaluations))
     assert not {CATEGORY, TRAJECTORY} & {r.evaluation_kind for r in rows}
+    # the UI's launchpad: the judge resource's assessments field, for one run
+    from eval_pipeline.defs.pipeline.resources import LLMJudgeResource
+
+    resource = LLMJudgeResource(name="h", assessments=False)
+    assert CATEGORY not in resource.judge_config().evaluations
 
 
 def test_editing_an_assessment_template_re_versions_only_what_uses_it(monkeypatch):
