@@ -146,7 +146,7 @@ def test_cli_run_against_servers_without_structured_output(tmp_path, monkeypatch
         for name in ("local", "claude"):
             rows = pd.read_parquet(out / f"judgments__{name}.parquet")
             assert (rows["status"] == "ok").all(), rows["error"].dropna().head().tolist()
-            assert len(rows) > 10 and rows["evaluation_kind"].nunique() == 4
+            assert len(rows) > 10 and rows["evaluation_kind"].nunique() == 6  # assessments too
         # one refused request in the whole run, and one forced tool use answered as text
         assert refusing.refused == 1
         assert refusing.calls == 1 + len(pd.read_parquet(out / "judgments__local.parquet"))
