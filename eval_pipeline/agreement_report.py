@@ -125,7 +125,9 @@ def _between_judges(batch: str, long: pd.DataFrame, judges: list[str], threshold
     rows: list[AgreementRow] = []
     listed: list[DisagreementRow] = []
     for (kind, metric), group in long.groupby(["evaluation_kind", "metric"], sort=True):
-        grid = group.pivot_table(index="judge", columns=["trajectory_id", "clip_index"],
+        # tool_type too: a trajectory's category assessments share clip_index -1.
+        grid = group.pivot_table(index="judge",
+                                 columns=["trajectory_id", "clip_index", "tool_type"],
                                  values="score", aggfunc="first").reindex(judges)
         values = grid.to_numpy(dtype=float)
         rated = np.sum(~np.isnan(values), axis=0)

@@ -20,7 +20,12 @@ from pydantic import ValidationError
 
 from eval_pipeline import compare, progress
 from eval_pipeline.ingest import ReadOptions
-from eval_pipeline.judges.config import JudgeConfig, load_judges, parse_judges
+from eval_pipeline.judges.config import (
+    JudgeConfig,
+    load_judges,
+    parse_judges,
+    without_assessments,
+)
 from eval_pipeline.local_run import (
     PipelineInputError,
     check_judge_keys,
@@ -99,7 +104,8 @@ def summary_lines(tables: dict[str, pd.DataFrame], batches: int,
         overall = report[report["batch"] == "ALL"].iloc[0]
         for column, label in (("thought_to_tool_accuracy", "thought-to-tool accuracy"),
                               ("query_to_thought_accuracy", "query-to-thought accuracy"),
-                              ("sequence_optimality_accuracy", "sequence optimality")):
+                              ("sequence_optimality_accuracy", "sequence optimality"),
+                              ("trajectory_assessment_mean", "trajectory assessment")):
             value = overall.get(column)
             if value is not None and pd.notna(value):
                 lines.append((label, f"{float(value):.3f}"))
@@ -363,6 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with a judge in mode: batch, submit its provider batch and exit "
                      "(default: wait, polling with a progress line); the same command "
                      "later, or the UI's batch_results_sensor, picks the results up")
+    run.add_argument("--no-assessments", action="store_true",
+                     help="this run makes no category or trajectory assessments (every "
+                     "judge as with assessments: false)")
     run.add_argument("--dry-run", action="store_true",
                      help="print the judge calls, tokens and cost the run would make; "
                      "call nothing")
@@ -484,6 +493,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         hide_beta_warnings()
     try:
         judges = judges_from_args(args)
+        if getattr(args, "no_assessments", False):
+            try:
+                judges = without_assessments(judges)
+            except ValueError as exc:
+                raise CliError(f"--no-assessments: {exc}") from exc
         preprocess = PreprocessConfig(beta_threshold=args.beta_threshold,
                                       frequency_filter=args.frequency_filter,
                                       duplicate_filter=args.duplicate_filter)

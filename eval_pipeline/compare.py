@@ -45,7 +45,8 @@ TRAJECTORIES_FILE = "preprocessed_trajectories.parquet"
 """Where ``--by-agent-version`` finds ``agent_version`` when the summaries lack it."""
 
 SCORE_COLUMNS = ("overall_trajectory_score", "success_rate", "thought_to_tool_accuracy",
-                 "query_to_thought_accuracy", "sequence_optimality", "routing_passed")
+                 "query_to_thought_accuracy", "sequence_optimality", "routing_passed",
+                 "trajectory_assessment_score")
 """The summaries' per-trajectory figures, in the order they are reported."""
 TOOL_PREFIX = "tool:"
 """Per-tool averages (``evaluation_metadata.tool_averages[tool].overall_average``)."""

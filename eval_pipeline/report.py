@@ -17,6 +17,7 @@ from statistics import fmean
 import pandas as pd
 
 from eval_pipeline.agreement import auc, outcome_of, step_label_positive
+from eval_pipeline.scoring.assessments import pooled_assessments
 from eval_pipeline.scoring.react_breakdown import pooled_breakdown
 
 REPORT_MEAN_KEY = "mean_overall_score"
@@ -26,7 +27,9 @@ REPORT_COLUMNS = [
     "thought_to_tool_accuracy", "query_to_thought_accuracy", "sequence_optimality_accuracy",
     "combined_accuracy", "tool_usage", "routing_checked", "routing_pass_rate",
     "outcome_auc", "outcome_labelled", "step_label_auc", "step_labelled", "tool_type_means",
+    "trajectory_assessment_mean", "trajectory_assessment_means", "category_assessment_means",
 ]
+ASSESSMENT_JSON_COLUMNS = ["trajectory_assessment_means", "category_assessment_means"]
 REACT_ACCURACY_COLUMNS = ["thought_to_tool_accuracy", "query_to_thought_accuracy",
                           "sequence_optimality_accuracy"]
 REPORT_INPUT_COLUMNS = [
@@ -107,6 +110,7 @@ def _row(batch: str, df: pd.DataFrame) -> dict:
         **_label_agreement(df),
         "tool_type_means": json.dumps({t: round(fmean(v), 4)
                                        for t, v in sorted(tool_scores.items())}),
+        **pooled_assessments(df["evaluation_metadata"]),
     }
 
 
@@ -122,7 +126,8 @@ def build_report(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
 def report_markdown(report: pd.DataFrame, last_mean: float | None) -> str:
     if report.empty:
         return "_no batch has been summarised yet_"
-    table = report.drop(columns=["tool_type_means", "tool_usage"], errors="ignore").to_markdown(
+    table = report.drop(columns=["tool_type_means", "tool_usage", *ASSESSMENT_JSON_COLUMNS],
+                        errors="ignore").to_markdown(
         index=False, floatfmt=".3f")
     overall = report[report["batch"] == "ALL"]
     lines = [table]

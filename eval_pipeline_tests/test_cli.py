@@ -175,7 +175,8 @@ def test_one_run_for_all_batches_by_default_and_one_per_batch_on_request(
         out = tmp_path / name
         assert main(["run", str(drop), "--output", str(out), "--split-size", "8", *extra]) == 0
         tables[name] = pd.read_parquet(out / "averaged_scores.parquet").sort_values(
-            ["trajectory_id", "clip_index", "evaluation_kind"]).reset_index(drop=True)
+            ["trajectory_id", "clip_index", "evaluation_kind", "tool_type"]
+        ).reset_index(drop=True)
         with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
             runs = instance.get_runs(filters=dg.RunsFilter(job_name="evaluate_batch"))
             assert all(r.is_success for r in runs)

@@ -155,8 +155,9 @@ def test_report_pools_the_seed_accuracies_per_batch_and_overall():
 def test_evaluations_config_is_validated_and_versions_the_judge_asset(tmp_path):
     from eval_pipeline.defs.pipeline.assets.judging import judge_code_version
 
-    assert JudgeConfig(name="h").evaluations == ["clip_rubric", "thought_to_tool",
-                                                 "query_to_thought", "sequence_optimality"]
+    assert JudgeConfig(name="h").evaluations == [
+        "clip_rubric", "thought_to_tool", "query_to_thought", "sequence_optimality",
+        "category_assessment", "trajectory_assessment"]
     for bad in (["clip_rubric", "vibes"], [], ["clip_rubric", "clip_rubric"]):
         with pytest.raises(ValidationError):
             JudgeConfig(name="h", evaluations=bad)
@@ -190,7 +191,7 @@ def test_cli_on_the_sample_data_reports_the_react_accuracies(project_root, tmp_p
     clips = pd.read_parquet(out / "clips.parquet")
     assert judged["evaluation_kind"].value_counts().to_dict() == {
         "clip_rubric": 63, "thought_to_tool": 36, "query_to_thought": 33,
-        "sequence_optimality": 27}
+        "sequence_optimality": 27, "category_assessment": 32, "trajectory_assessment": 27}
     assert len(clips) == 63 and int((clips["tool_type"] != "final").sum()) == 36
 
     summaries = pd.read_parquet(out / "trajectory_summaries.parquet")
@@ -218,7 +219,8 @@ def test_cli_on_the_sample_data_reports_the_react_accuracies(project_root, tmp_p
     # the original's files' key order (num_clips beside total_clips), then ours
     assert list(first["evaluation_metadata"]) == [
         "num_clips", "num_models", "model_names", "total_clips", "successful_evaluations",
-        "success_rate", "overall_trajectory_score", "tool_averages", "react_evaluations"]
+        "success_rate", "overall_trajectory_score", "tool_averages", "react_evaluations",
+        "category_assessments", "final_trajectory_assessment"]
     assert "<react_checks>thought_to_tool: " in first["full_response_with_evaluations"]
     assert "<trajectory_evaluation>" in first["full_response_with_evaluations"]
 

@@ -26,8 +26,14 @@ from pydantic import BaseModel
 
 from eval_pipeline.exports.common import TrajectoryInfo, records, safe_name, trajectory_info
 from eval_pipeline.ingest import clip_tasks
+from eval_pipeline.judges.assessments import Answered, assessment_requests
 from eval_pipeline.judges.requests import build_react_requests, build_request, prompt_hash
-from eval_pipeline.rubrics import EVAL_KIND_CLIP, REACT_EVALUATIONS
+from eval_pipeline.rubrics import (
+    ASSESSMENT_KINDS,
+    EVAL_CATEGORY_ASSESSMENT,
+    EVAL_KIND_CLIP,
+    REACT_EVALUATIONS,
+)
 
 JUDGE_DETAILS_DIR = "judge_details"
 _ROW_COLUMNS = ["trajectory_id", "clip_index", "evaluation_kind", "tool_type", "judge",
@@ -71,6 +77,9 @@ class JudgeDetailFile(BaseModel):
     total_clips: int
     evaluations: list[ClipEvaluation]
     react_evaluations: list[ClipEvaluation]
+    assessments: list[ClipEvaluation]
+    """The category assessments (``tool_type`` the category) and the final trajectory
+    assessment, ``clip_index`` -1."""
     judge: str
     trajectory_id: str
     batch: str
@@ -83,6 +92,7 @@ class _Prompts:
         self._tasks = {(t.trajectory_id, t.clip_index): t
                        for t in clip_tasks(clips, trajectories)} if len(clips) else {}
         self._react: dict[tuple[str, int, str], tuple[str, int]] = {}
+        self._assessments: dict[tuple[str, str, str], tuple[str, int]] = {}
         by_traj: dict[str, list[Any]] = defaultdict(list)
         for task in self._tasks.values():
             by_traj[task.trajectory_id].append(task)
@@ -92,8 +102,28 @@ class _Prompts:
                     prompt_hash(request),
                     len(request.system_prompt) + len(request.user_prompt))
 
+    def assessed(self, tid: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Render one judge's assessment prompts of trajectory ``tid`` from its own clip
+        and category rows, as its run did, for :meth:`length`."""
+        tasks = [t for (t_id, _), t in self._tasks.items() if t_id == tid]
+        kinds = {str(r["evaluation_kind"]) for r in rows} & set(ASSESSMENT_KINDS)
+        if not tasks or not kinds:
+            return
+        clip_rows = {int(r["clip_index"]): _answered(r) for r in rows
+                     if r["evaluation_kind"] == EVAL_KIND_CLIP}
+        category_rows = {str(r["tool_type"]): _answered(r) for r in rows
+                         if r["evaluation_kind"] == EVAL_CATEGORY_ASSESSMENT}
+        for request in assessment_requests(tasks, [EVAL_KIND_CLIP, *sorted(kinds)],
+                                           clip_rows, category_rows):
+            self._assessments[(tid, request.evaluation_kind, request.tool_type)] = (
+                prompt_hash(request), len(request.system_prompt) + len(request.user_prompt))
+
     def length(self, row: Mapping[str, Any]) -> int | None:
         key = (str(row["trajectory_id"]), int(row["clip_index"]))
+        if row["evaluation_kind"] in ASSESSMENT_KINDS:
+            found = self._assessments.get(
+                (key[0], str(row["evaluation_kind"]), str(row["tool_type"])), ("", 0))
+            return found[1] if found[0] and found[0] == row.get("prompt_hash") else None
         if row["evaluation_kind"] == EVAL_KIND_CLIP:
             task = self._tasks.get(key)
             if task is None:
@@ -104,6 +134,11 @@ class _Prompts:
         else:
             found = self._react.get((*key, str(row["evaluation_kind"])), ("", 0))
         return found[1] if found[0] and found[0] == row.get("prompt_hash") else None
+
+
+def _answered(row: Mapping[str, Any]) -> Answered:
+    return Answered(str(row["status"]), str(row.get("scores") or "{}"),
+                    str(row.get("summary") or ""))
 
 
 def _evaluation(row: Mapping[str, Any], clip: Mapping[str, Any] | None,
@@ -162,6 +197,7 @@ def judge_detail_files(judgments: Mapping[str, pd.DataFrame], clips: pd.DataFram
             traj = info.get(tid, TrajectoryInfo(trajectory_id=tid, task_id=tid))
             seen[traj.task_id] += 1
             suffix = "" if seen[traj.task_id] == 1 else f"__{seen[traj.task_id]}"
+            prompts.assessed(tid, by_traj[tid])
             ordered = sorted(by_traj[tid], key=lambda r: (int(r["clip_index"]),
                                                           str(r["evaluation_kind"])))
             evaluations = [_evaluation(r, clip_rows.get((tid, int(r["clip_index"]))), prompts)
@@ -172,7 +208,8 @@ def judge_detail_files(judgments: Mapping[str, pd.DataFrame], clips: pd.DataFram
                 total_clips=clip_counts.get(tid, 0),
                 evaluations=[e for e in evaluations if e.evaluation_kind == EVAL_KIND_CLIP],
                 react_evaluations=[e for e in evaluations
-                                   if e.evaluation_kind != EVAL_KIND_CLIP],
+                                   if e.evaluation_kind in REACT_EVALUATIONS],
+                assessments=[e for e in evaluations if e.evaluation_kind in ASSESSMENT_KINDS],
                 judge=name, trajectory_id=tid, batch=traj.batch)
     return files
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from eval_pipeline.atomic import replace_folder, write_atomic
 from eval_pipeline.rubrics import EVAL_KIND_CLIP
@@ -42,6 +43,7 @@ TEXT_LIMIT = 200
 """Characters of a judge's text shown in a table cell."""
 _JUDGMENT_COLUMNS = ["trajectory_id", "clip_index", "evaluation_kind", "tool_type", "status",
                      "scores", "summary", "reasoning"]
+_REPEAT_COLUMNS = ["repeats_ok", "score_std", "straddles"]
 
 
 # --- the document model ------------------------------------------------------------------
@@ -306,6 +308,65 @@ def human_section(report: pd.DataFrame | None, agreement: pd.DataFrame | None,
     return section
 
 
+def assessments_section(report: pd.DataFrame | None) -> Section | None:
+    """The trajectory assessment's mean per batch and per metric, and one table per tool
+    category of its assessment's metric means (all batches), when any was made."""
+    rows = _records(report)
+    assessed = [r for r in rows if r.get("trajectory_assessment_mean") is not None
+                or _json(r.get("category_assessment_means"))]
+    if not assessed:
+        return None
+    section = Section("Category and trajectory assessments")
+    finals = [r for r in rows if r.get("trajectory_assessment_mean") is not None]
+    if finals:
+        metrics = [m for m in _json(finals[-1].get("trajectory_assessment_means"))
+                   if m != "assessed"]
+        section.blocks += [
+            Text("Final trajectory assessment, means over the assessed trajectories:"),
+            Table(["batch", "trajectories assessed", "mean", *metrics],
+                  [[r["batch"], _int(_json(r.get("trajectory_assessment_means"))
+                                     .get("assessed")), r["trajectory_assessment_mean"],
+                    *[_json(r.get("trajectory_assessment_means")).get(m) for m in metrics]]
+                   for r in finals])]
+    overall = next((r for r in rows if r["batch"] == "ALL"), None)
+    for category, figures in _json(overall.get("category_assessment_means")
+                                   if overall else None).items():
+        section.blocks += [
+            Text(f"Category {category}: assessed in {_int(figures.get('assessed'))} "
+                 f"trajectories (all batches), mean {fmt(figures.get('overall'))}"),
+            Table(["metric", "mean"], [[m, v] for m, v in figures.items()
+                                       if m not in ("overall", "assessed")])]
+    return section
+
+
+def stability_section(judgments: Mapping[str, pd.DataFrame]) -> Section | None:
+    """Each judge's mean per-clip spread across its repeats (``repeats: N``): per ok row
+    with two or more answering repeats, the mean of its metrics' standard deviations,
+    averaged over those rows (as the judgments asset's ``mean_per_clip_std``), and how
+    many judgments straddle the pass threshold. Left out when no judge repeats."""
+    rows = []
+    for judge, table in sorted(judgments.items()):
+        if not len(table) or "score_std" not in table.columns:
+            continue
+        ok = table[table["status"] == "ok"]
+        spreads = [sum(std.values()) / len(std) for std in map(_json, ok["score_std"]) if std]
+        if not spreads:
+            continue
+        repeats = (int(ok["repeats_ok"].max()) if "repeats_ok" in ok.columns and len(ok)
+                   else None)
+        straddling = int(ok["straddles"].sum()) if "straddles" in ok.columns else None
+        rows.append([judge, repeats, len(spreads), sum(spreads) / len(spreads), straddling])
+    if not rows:
+        return None
+    return Section("Judge stability across repeats", [
+        Text("Per judge asking each judgment several times (repeats): the mean over its "
+             "judgments of the per-metric standard deviation across the repeats that "
+             "answered, and the judgments whose repeats fall on both sides of 0.5 (for a "
+             "ReAct kind: disagreeing labels)."),
+        Table(["judge", "repeats", "judgments with a spread", "mean per-clip spread",
+               "straddling"], rows)])
+
+
 def clip_scores(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Each judge's rubric score per clip (the mean of its metrics), with the judge's text."""
     rows: list[tuple[Any, ...]] = []
@@ -414,8 +475,9 @@ def report_sections(tables: Mapping[str, pd.DataFrame], routing_text: str | None
         return f"{PLOTS_DIR}/{name}" if name in plots else None
 
     found = [metrics_section(report), react_section(report),
-             routing_section(report, routing_text),
+             assessments_section(report), routing_section(report, routing_text),
              distribution_section(scores, img(SCORE_PLOT)),
+             stability_section(judgments),
              agreement_section(agreement, img(SCATTER_PLOT)),
              human_section(report, agreement, tables.get("judge_disagreements"), judge_text,
                            img(CONFUSION_PLOT)),
@@ -481,7 +543,10 @@ def load_report_tables(output_dir: Path) -> dict[str, pd.DataFrame]:
         tables["preprocessed_trajectories"] = pd.read_parquet(
             kept, columns=["trajectory_id", "task_description"])
     for path in sorted(output_dir.glob("judgments__*.parquet")):
-        tables[path.stem] = pd.read_parquet(path, columns=_JUDGMENT_COLUMNS)
+        # The repeat columns only where the folder's run wrote them (since #8.11).
+        present = set(pq.read_schema(path).names)
+        tables[path.stem] = pd.read_parquet(path, columns=_JUDGMENT_COLUMNS + [
+            c for c in _REPEAT_COLUMNS if c in present])
     return tables
 
 
@@ -500,8 +565,8 @@ def report_metadata_markdown(report: pd.DataFrame) -> str:
     usage, routing, label AUCs; the agreement tables are not its inputs), for its markdown
     metadata beside :func:`~eval_pipeline.report.report_markdown`, cut at
     :data:`METADATA_LIMIT`."""
-    found = [react_section(report), routing_section(report, None),
-             human_section(report, None, None, {}, None)]
+    found = [react_section(report), assessments_section(report),
+             routing_section(report, None), human_section(report, None, None, {}, None)]
     text = render_markdown([s for s in found if s is not None]) if any(found) else ""
     if len(text) > METADATA_LIMIT:
         cut = text.rfind("\n", 0, METADATA_LIMIT)

@@ -13,8 +13,8 @@ from pydantic import BaseModel, Field
 
 from eval_pipeline.rubrics import EVAL_KIND_CLIP
 
-__all__ = ["EVAL_KIND_CLIP", "ClipTask", "ClipView", "Judge", "JudgeError", "JudgeReply",
-           "JudgeRequest"]
+__all__ = ["EVAL_KIND_CLIP", "CategoryResult", "ClipResult", "ClipTask", "ClipView", "Judge",
+           "JudgeError", "JudgeReply", "JudgeRequest"]
 
 
 class ClipView(BaseModel):
@@ -46,6 +46,32 @@ class ClipTask(BaseModel):
         "trajectory (None: not recorded, the default applies)")
 
 
+class ClipResult(BaseModel):
+    """A clip and the judge's own evaluation of it, as an assessment request carries it
+    (so a non-LLM judge reads them without parsing the prompt).
+
+    ``status`` is the clip row's: ``ok`` with its scores and summary, ``failed`` or
+    ``skipped`` with none (a failed evaluation is shown as failed, never given a score).
+    """
+
+    clip_index: int
+    tool_type: str
+    clip: ClipView
+    status: str
+    scores: dict[str, float] = Field(default_factory=dict)
+    summary: str = ""
+
+
+class CategoryResult(BaseModel):
+    """One category assessment's outcome, as the trajectory assessment request carries it."""
+
+    category: str
+    clip_count: int
+    status: str
+    scores: dict[str, float] = Field(default_factory=dict)
+    summary: str = ""
+
+
 class JudgeRequest(BaseModel):
     trajectory_id: str
     clip_index: int
@@ -70,6 +96,13 @@ class JudgeRequest(BaseModel):
     )
     beta_threshold: int | None = Field(
         default=None, description="sequence_optimality: the tool-call limit the run used")
+    assessed_clips: list[ClipResult] = Field(
+        default_factory=list,
+        description="category_assessment: the category's clips; trajectory_assessment: "
+        "every clip; each with this judge's evaluation of it")
+    category_results: list[CategoryResult] = Field(
+        default_factory=list,
+        description="trajectory_assessment: this judge's category assessments")
 
 
 class JudgeReply(BaseModel):

@@ -14,9 +14,16 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from eval_pipeline.rubrics import ALL_EVALUATIONS
+from eval_pipeline.rubrics import ALL_EVALUATIONS, ASSESSMENT_KINDS, EVAL_KIND_CLIP
 
 Provider = Literal["heuristic", "openai", "openai_compatible", "anthropic"]
 OutputMode = Literal["json_schema", "json_object", "tool", "text"]
@@ -104,8 +111,15 @@ class JudgeConfig(BaseModel):
     evaluations: list[str] = Field(
         default_factory=lambda: list[str](ALL_EVALUATIONS),
         description="Evaluation kinds this judge produces: clip_rubric, thought_to_tool, "
-        "query_to_thought, sequence_optimality (default: all four).",
+        "query_to_thought, sequence_optimality, category_assessment, trajectory_assessment "
+        "(default: all six).",
     )
+    assessments: bool = Field(
+        default=True,
+        description="Make the category and trajectory assessments (category_assessment, "
+        "trajectory_assessment) after each trajectory's clips: one request per tool "
+        "category used and one per trajectory. false drops both from evaluations, to save "
+        "their cost; see docs/judges.md, Assessments.")
 
     mode: JudgeMode = Field(
         default="live",
@@ -144,6 +158,21 @@ class JudgeConfig(BaseModel):
             raise ValueError(f"duplicate evaluation kinds in {value}")
         # One canonical order, so the same set always hashes to the same code_version.
         return [k for k in ALL_EVALUATIONS if k in value]
+
+    @model_validator(mode="after")
+    def _assessments_read_the_clips(self) -> JudgeConfig:
+        if not self.assessments and any(k in ASSESSMENT_KINDS for k in self.evaluations):
+            kept = [k for k in self.evaluations if k not in ASSESSMENT_KINDS]
+            if not kept:
+                raise ValueError("evaluations must name at least one evaluation kind "
+                                 "besides the assessments, which assessments: false drops")
+            self.evaluations = kept
+        asked = [k for k in ASSESSMENT_KINDS if k in self.evaluations]
+        if asked and EVAL_KIND_CLIP not in self.evaluations:
+            raise ValueError(f"{' and '.join(asked)} assess the clips' evaluations, so "
+                             "evaluations must include clip_rubric (or set assessments: "
+                             "false)")
+        return self
 
     @field_validator("api_key_env")
     @classmethod
@@ -194,6 +223,17 @@ class JudgesFile(BaseModel):
 
 
 DEFAULT_JUDGES = [JudgeConfig(name="heuristic")]
+
+
+def without_assessments(judges: list[JudgeConfig]) -> list[JudgeConfig]:
+    """The judges with ``assessments: false`` (the CLI's ``--no-assessments``: one run
+    without the category and trajectory assessments, whatever the judges file says)."""
+    try:
+        return [JudgeConfig.model_validate({**j.model_dump(exclude_unset=True),
+                                            "assessments": False}) for j in judges]
+    except ValidationError as exc:
+        raise JudgesFileError(describe_errors(exc, {"judges": [
+            j.model_dump(exclude_unset=True) for j in judges]})) from None
 
 
 class JudgesFileError(ValueError):
@@ -318,6 +358,9 @@ def describe_errors(exc: ValidationError, data: object) -> str:
     if loc[:1] == ("judges",) and len(loc) >= 3:
         field = ".".join(str(p) for p in loc[2:])
         line = f"{_judge_label(data, loc[1])}, field {field}: {_message(first, str(loc[2]))}"
+    elif loc[:1] == ("judges",) and len(loc) == 2 and first["type"] == "value_error":
+        # a rule across fields (the assessments need clip_rubric)
+        line = f"{_judge_label(data, loc[1])}, field evaluations: {_message(first, '')}"
     elif loc[:1] == ("judges",) and len(loc) == 2:
         line = f"{_judge_label(data, loc[1])}: must be a mapping of fields (name:, provider: ...)"
     elif loc == ("judges",) and first["type"] == "value_error":

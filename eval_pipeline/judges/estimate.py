@@ -5,7 +5,10 @@ trajectory is followed through the cache while it hits (a cached clip costs noth
 its summary is known); past the first miss the earlier summaries are unknown, so a
 typical summary length stands in for each. Output tokens are a typical JSON answer;
 the ReAct evaluations the judge is configured for (``evaluations``) are counted as the
-independent calls they are, each checked against the cache on its own;
+independent calls they are, each checked against the cache on its own; the category and
+trajectory assessments as one call per tool category used and one per trajectory, their
+prompts rendered from the cached clip evaluations where every clip they read was cached
+(then looked up in the cache too) and from typical stand-ins otherwise;
 ``max_cost_usd`` assumes every call uses its whole ``max_tokens``, the bound the budget
 guard reserves against. A judge with ``repeats: N`` asks every judgment N times, each
 repeat its own call and cache entry, so its calls (those not cached) count N times.
@@ -16,25 +19,41 @@ Anthropic) and, for a judge in ``mode: batch``, how many waves its context chain
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, Field
 from tabulate import tabulate
 
 from eval_pipeline.judges._common import estimate_tokens
-from eval_pipeline.judges.base import ClipTask
+from eval_pipeline.judges.assessments import (
+    Answered,
+    categories_of,
+    category_request,
+    trajectory_request,
+)
+from eval_pipeline.judges.base import ClipTask, JudgeReply, JudgeRequest
 from eval_pipeline.judges.batch.waves import expected_waves
 from eval_pipeline.judges.cache import JudgeCache, cache_key
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import call_identity, resolve_endpoint
 from eval_pipeline.judges.pricing import batch_price_for, price_for
+from eval_pipeline.judges.reply import InvalidReply, validate_reply
 from eval_pipeline.judges.requests import (
     build_react_requests,
     build_request,
     chain_context,
     fit_tasks,
 )
-from eval_pipeline.rubrics import EVAL_KIND_CLIP
+from eval_pipeline.rubrics import (
+    EVAL_CATEGORY_ASSESSMENT,
+    EVAL_KIND_CLIP,
+    EVAL_TRAJECTORY_ASSESSMENT,
+    assessment_rubrics,
+    rubric_for,
+)
 
 TYPICAL_OUTPUT_TOKENS = 350
 _PLACEHOLDER_SUMMARY = "x" * 140  # a typical summary's length
@@ -112,6 +131,69 @@ class DryRunEstimate(BaseModel):
         return tabulate(rows, headers=headers, tablefmt="simple")
 
 
+def _cached_outcome(hits: Sequence[JudgeReply | None], metrics: Sequence[str]
+                    ) -> Answered | None:
+    """The clip row a run would make from these cached repeats (their mean scores, repeat
+    0's summary, as :func:`~eval_pipeline.judges.repeats.combine_repeats`); None unless
+    every repeat is cached."""
+    if not hits or any(hit is None for hit in hits):
+        return None
+    try:
+        scores = [validate_reply(hit, metrics) for hit in hits if hit is not None]
+    except InvalidReply:
+        return None  # the run would ask again
+    mean = scores[0] if len(scores) == 1 else {
+        m: statistics.fmean(s[m] for s in scores) for m in scores[0]}
+    first = hits[0]
+    return Answered("ok", json.dumps(mean), first.summary if first is not None else "")
+
+
+def _placeholder(task: ClipTask) -> Answered:
+    """A stand-in for a clip evaluation not known before the run: typical in length."""
+    return Answered("ok", json.dumps(dict.fromkeys(rubric_for(task.tool_type).metric_names,
+                                                   0.5)), _PLACEHOLDER_SUMMARY)
+
+
+def _assessment_calls(trajectory: Sequence[ClipTask], config: JudgeConfig,
+                      outcomes: Mapping[int, Answered | None], cache: JudgeCache | None,
+                      identity: dict[str, Any]) -> tuple[int, int, int]:
+    """(calls, cached, input tokens) of one trajectory's assessments. A category whose
+    clips were all cached has its real prompt and is looked up in the cache; otherwise its
+    prompt is rendered with stand-ins for the unknown evaluations and counted as calls
+    (so is the trajectory assessment unless all its inputs were cached)."""
+    known = {ci: o for ci, o in outcomes.items() if o is not None}
+    rows = {t.clip_index: known.get(t.clip_index) or _placeholder(t) for t in trajectory}
+    calls = cached = tokens = 0
+    category_rows: dict[str, Answered] = {}
+    all_known = len(known) == len(trajectory)
+
+    def count(request: JudgeRequest, lookup: bool) -> Answered | None:
+        nonlocal calls, cached, tokens
+        hits = [cache.get(cache_key(identity, request, repeat)) if cache and lookup else None
+                for repeat in range(config.repeats)]
+        missed = sum(hit is None for hit in hits)
+        cached += config.repeats - missed
+        calls += missed
+        tokens += missed * estimate_tokens(request.system_prompt, request.user_prompt)
+        return _cached_outcome(hits, request.metrics)
+
+    wanted = set(config.evaluations)
+    if EVAL_CATEGORY_ASSESSMENT in wanted:
+        for category, tasks in categories_of(trajectory).items():
+            lookup = all(t.clip_index in known for t in tasks)
+            found = count(category_request(category, tasks, rows), lookup)
+            if found is None:
+                all_known = False
+            category_rows[category] = found or Answered(
+                "ok", json.dumps(dict.fromkeys(
+                    assessment_rubrics()[EVAL_CATEGORY_ASSESSMENT].metric_names, 0.5)),
+                _PLACEHOLDER_SUMMARY)
+    if EVAL_TRAJECTORY_ASSESSMENT in wanted and trajectory:
+        count(trajectory_request(trajectory, rows, category_rows
+                                 if EVAL_CATEGORY_ASSESSMENT in wanted else None), all_known)
+    return calls, cached, tokens
+
+
 def _estimate_one(tasks: Sequence[ClipTask], config: JudgeConfig,
                   cache: JudgeCache | None, output_tokens: int) -> JudgeEstimate:
     if config.provider == "heuristic":
@@ -138,6 +220,7 @@ def _estimate_one(tasks: Sequence[ClipTask], config: JudgeConfig,
             continue
         summaries: list[str] = []
         hits_so_far = True
+        outcomes: dict[int, Answered | None] = {}  # None: not known before the run
         for task in sorted(trajectory, key=lambda t: t.clip_index):
             context, _ = chain_context(summaries, config.context_budget_chars)
             request = build_request(task, context)
@@ -148,12 +231,15 @@ def _estimate_one(tasks: Sequence[ClipTask], config: JudgeConfig,
             cached += config.repeats - missed
             calls += missed
             tokens_in += missed * estimate_tokens(request.system_prompt, request.user_prompt)
+            outcomes[task.clip_index] = _cached_outcome(hits, request.metrics)
             if hits[0] is not None:
                 if hits[0].summary:  # as the run's chain: an empty summary adds nothing
                     summaries.append(hits[0].summary)
                 continue
             hits_so_far = False
             summaries.append(_PLACEHOLDER_SUMMARY)
+        more = _assessment_calls(trajectory, config, outcomes, cache, identity)
+        calls, cached, tokens_in = calls + more[0], cached + more[1], tokens_in + more[2]
     tokens_out = calls * min(output_tokens, config.max_tokens)
     batch = None if endpoint.local else batch_price_for(config, endpoint.model)
     return JudgeEstimate(

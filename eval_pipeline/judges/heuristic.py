@@ -3,6 +3,12 @@
 It exists so the whole graph runs on a fresh machine with no key and no network, and so
 tests have a judge whose every score can be traced to a signal. Its reasoning names the
 signals it used; its provider and model say ``heuristic`` everywhere a score is shown.
+
+The category and trajectory assessments are figures over the clips the request carries
+(their signals and the clips' own evaluation scores), by the formulas in
+``_ASSESSMENT_RULES``, which each row's reasoning repeats. A clip whose evaluation failed
+still counts by its signals; its missing score is left out of the means, never filled in.
+There is no category request without clips, so no category is scored from nothing.
 """
 
 from __future__ import annotations
@@ -13,14 +19,17 @@ import re
 from dataclasses import dataclass
 from itertools import pairwise
 
-from eval_pipeline.judges.base import ClipView, JudgeReply, JudgeRequest
+from eval_pipeline.judges.base import ClipResult, ClipView, JudgeReply, JudgeRequest
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.models import FINAL_TOOL_TYPE
 from eval_pipeline.preprocess import PreprocessConfig
 from eval_pipeline.rubrics import (
+    ASSESSMENT_KINDS,
+    EVAL_CATEGORY_ASSESSMENT,
     EVAL_QUERY_TO_THOUGHT,
     EVAL_SEQUENCE_OPTIMALITY,
     EVAL_THOUGHT_TO_TOOL,
+    EVAL_TRAJECTORY_ASSESSMENT,
     REACT_EVALUATIONS,
 )
 
@@ -125,11 +134,15 @@ def _overlap(task: str, text: str) -> float:
 
 
 def observe(request: JudgeRequest) -> Signals:
-    clip: ClipView = request.clip
+    return observe_clip(request.tool_type, request.task_description, request.clip)
+
+
+def observe_clip(tool_type: str, task_description: str, clip: ClipView) -> Signals:
+    """The signals of one clip of ``tool_type`` in a trajectory on ``task_description``."""
     has_call = bool(clip.tool_call)
     result = clip.result.strip()
     code_parses = None
-    if request.tool_type == "microsandbox" and has_call:
+    if tool_type == "microsandbox" and has_call:
         code_parses = _parses(_code_of(clip.action_input))
     signature = f"{clip.tool_name}:{' '.join(clip.action_input.split())}"
     result_words = {w.lower() for w in _WORD.findall(result)}
@@ -145,7 +158,7 @@ def observe(request: JudgeRequest) -> Signals:
         result_traceback=bool(_TRACEBACK.search(result)),
         result_urls=len(_URL.findall(result)),
         repeats_earlier=has_call and signature in clip.earlier_calls,
-        task_overlap=_overlap(request.task_description,
+        task_overlap=_overlap(task_description,
                               clip.action_input + " " + clip.thought + " " + clip.answer),
         has_answer=clip.has_answer,
         answer_empty=clip.has_answer and not clip.answer.strip(),
@@ -386,6 +399,101 @@ def react_verdict(request: JudgeRequest) -> tuple[bool, str, list[str]]:
     raise ValueError(f"not a ReAct evaluation kind: {kind!r}")
 
 
+# -- Category and trajectory assessments: figures over the clips, from signals and the
+# clips' own evaluations, never an LLM's judgement -----------------------------------------
+
+_ASSESSMENT_RULES = {
+    EVAL_CATEGORY_ASSESSMENT: (
+        "tool_effectiveness = share of the category's calls whose result holds output (not "
+        "empty, no error); usage_appropriateness = mean over its calls of 0.5 for a thought "
+        "stated before the call + 0.5 for not repeating an earlier call; result_quality = "
+        "mean of the clips' own evaluation scores over the clips whose evaluation succeeded "
+        "(none succeeded: the mean outcome of the results, 0.9 output, 0.35 error, 0.15 "
+        "traceback, 0.2 none or empty); task_contribution = mean over its calls of "
+        "min(1, 2 x overlap with the task's words) x (1 if the call returned output else "
+        "0.5)"),
+    EVAL_TRAJECTORY_ASSESSMENT: (
+        "task_completion = 0.85 when the trajectory ends with a non-empty answer, else 0.1; "
+        "strategy_coherence = mean over all clips of 0.5 for stated reasoning + 0.5 for not "
+        "repeating an earlier call; tool_usage_efficiency = share of tool calls that "
+        "returned output without repeating an earlier call (1.0 when no tool was called: "
+        "nothing was wasted); answer_quality = mean of the final clip's own evaluation "
+        "scores when it succeeded, else task_completion's value. The category assessments "
+        "are not used: they restate the same signals"),
+}
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _call_worked(s: Signals) -> bool:
+    return _outcome(s) > 0.5
+
+
+def category_assessment_scores(task_description: str, clips: list[ClipResult]
+                               ) -> tuple[dict[str, float], list[str]]:
+    """The heuristic's category assessment of ``clips`` (the category's, at least one),
+    and the signals it counted. See ``_ASSESSMENT_RULES`` for the formulas."""
+    if not clips:
+        raise ValueError("a category assessment needs at least one clip")
+    signals = [observe_clip(c.tool_type, task_description, c.clip) for c in clips]
+    judged = [_mean(list(c.scores.values())) for c in clips
+              if c.status == "ok" and c.scores]
+    worked = [_call_worked(s) for s in signals]
+    scores = {
+        "tool_effectiveness": _mean([float(w) for w in worked]),
+        "usage_appropriateness": _mean([0.5 * s.has_thought + 0.5 * (not s.repeats_earlier)
+                                        for s in signals]),
+        "result_quality": _mean(judged) if judged else _mean([_outcome(s) for s in signals]),
+        "task_contribution": _mean([min(1.0, 2 * s.task_overlap) * (1.0 if w else 0.5)
+                                    for s, w in zip(signals, worked, strict=True)]),
+    }
+    notes = [f"{len(clips)} call(s)", f"{sum(worked)} returned output",
+             f"{sum(s.has_thought for s in signals)} preceded by a thought",
+             f"{sum(s.repeats_earlier for s in signals)} repeat an earlier call",
+             f"{len(judged)} of {len(clips)} clip evaluations succeeded"]
+    return {m: _clamp(v) for m, v in scores.items()}, notes
+
+
+def trajectory_assessment_scores(task_description: str, clips: list[ClipResult]
+                                 ) -> tuple[dict[str, float], list[str]]:
+    """The heuristic's assessment of a whole trajectory from its clips (at least one) and
+    their evaluations. See ``_ASSESSMENT_RULES`` for the formulas."""
+    if not clips:
+        raise ValueError("a trajectory assessment needs at least one clip")
+    signals = [observe_clip(c.tool_type, task_description, c.clip) for c in clips]
+    closing = clips[-1] if clips[-1].tool_type == FINAL_TOOL_TYPE else None
+    answered = closing is not None and closing.clip.has_answer \
+        and bool(closing.clip.answer.strip())
+    completion = 0.85 if answered else 0.1
+    calls = [s for c, s in zip(clips, signals, strict=True) if c.tool_type != FINAL_TOOL_TYPE]
+    useful = [_call_worked(s) and not s.repeats_earlier for s in calls]
+    final_judged = (closing is not None and closing.status == "ok" and bool(closing.scores))
+    scores = {
+        "task_completion": completion,
+        "strategy_coherence": _mean([0.5 * s.has_thought + 0.5 * (not s.repeats_earlier)
+                                     for s in signals]),
+        "tool_usage_efficiency": _mean([float(u) for u in useful]) if useful else 1.0,
+        "answer_quality": _mean(list(closing.scores.values()))
+        if final_judged and closing is not None else completion,
+    }
+    notes = ["the trajectory ends with an answer" if answered
+             else "the trajectory ends without an answer",
+             f"{len(calls)} tool call(s), {sum(useful)} returned output without repeating "
+             "an earlier call",
+             f"{sum(s.has_thought for s in signals)} of {len(clips)} clips state reasoning",
+             "the final clip's evaluation succeeded" if final_judged
+             else "no successful evaluation of a final clip"]
+    return {m: _clamp(v) for m, v in scores.items()}, notes
+
+
+def _assessment_summary(request: JudgeRequest, notes: list[str]) -> str:
+    if request.evaluation_kind == EVAL_CATEGORY_ASSESSMENT:
+        return f"The agent used {request.tool_type}: {notes[0]}, {notes[1]}."
+    return f"{notes[1][:1].upper()}{notes[1][1:]}; {notes[0]}."
+
+
 class HeuristicJudge:
     """Scores from signals; ``provider`` and ``model`` say heuristic, never an LLM."""
 
@@ -400,6 +508,8 @@ class HeuristicJudge:
     async def score(self, request: JudgeRequest) -> JudgeReply:
         if request.evaluation_kind in REACT_EVALUATIONS:
             return self._react(request)
+        if request.evaluation_kind in ASSESSMENT_KINDS:
+            return self._assess(request)
         signals = observe(request)
         scores = score_signals(request.tool_type, request.metrics, signals)
         reasoning = "Heuristic judge (rule-based, not an LLM). Signals: " + "; ".join(
@@ -425,6 +535,20 @@ class HeuristicJudge:
         payload = {"scores": scores, "label": label, "summary": summary,
                    "reasoning": reasoning}
         return JudgeReply(scores=scores, summary=summary, reasoning=reasoning, label=label,
+                          raw_response=json.dumps(payload, ensure_ascii=False))
+
+    def _assess(self, request: JudgeRequest) -> JudgeReply:
+        figures = (category_assessment_scores
+                   if request.evaluation_kind == EVAL_CATEGORY_ASSESSMENT
+                   else trajectory_assessment_scores)
+        computed, notes = figures(request.task_description, request.assessed_clips)
+        scores = {m: computed[m] for m in request.metrics if m in computed}
+        summary = _assessment_summary(request, notes)
+        reasoning = (f"{HEURISTIC_NOTE} Signals: " + "; ".join(notes)
+                     + f". Rules: {_ASSESSMENT_RULES[request.evaluation_kind]}.")
+        payload = {"scores": scores, "summary": summary, "reasoning": reasoning}
+        return JudgeReply(scores=scores, summary=summary, reasoning=reasoning,
+                          label="heuristic",
                           raw_response=json.dumps(payload, ensure_ascii=False))
 
     async def aclose(self) -> None:

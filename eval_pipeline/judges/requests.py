@@ -14,10 +14,12 @@ from eval_pipeline.judges.rows import JudgmentRow
 from eval_pipeline.models import FINAL_TOOL_TYPE
 from eval_pipeline.rubrics import (
     ALL_EVALUATIONS,
+    EVAL_CATEGORY_ASSESSMENT,
     EVAL_KIND_CLIP,
     EVAL_QUERY_TO_THOUGHT,
     EVAL_SEQUENCE_OPTIMALITY,
     EVAL_THOUGHT_TO_TOOL,
+    EVAL_TRAJECTORY_ASSESSMENT,
     REACT_EVALUATIONS,
     TRAJECTORY_CLIP_INDEX,
     TRAJECTORY_TOOL_TYPE,
@@ -71,6 +73,10 @@ _FIELDS_BY_KIND: dict[str, tuple[str, ...]] = {
     EVAL_THOUGHT_TO_TOOL: ("task_description", "thought", "action_input"),
     EVAL_QUERY_TO_THOUGHT: ("task_description", "thought"),
     EVAL_SEQUENCE_OPTIMALITY: ("task_description",),
+    # The assessments show each clip shortened to ASSESSMENT_CLIP_CHARS whatever the limit
+    # (the prompt's own marker says how much), so only the task description counts here.
+    EVAL_CATEGORY_ASSESSMENT: ("task_description",),
+    EVAL_TRAJECTORY_ASSESSMENT: ("task_description",),
 }
 
 

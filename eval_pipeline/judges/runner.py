@@ -2,7 +2,9 @@
 
 Clips of one trajectory are judged in order on their rubric, because each prompt carries
 the summaries of the earlier clips (the original tool's context chain, bounded by
-``context_budget_chars`` when set). The ReAct evaluations (thought-to-tool and
+``context_budget_chars`` when set). The chain ends with the original tool's assessments:
+one per tool category once that category's clips are judged, then one of the whole
+trajectory (:mod:`eval_pipeline.judges.assessments`). The ReAct evaluations (thought-to-tool and
 query-to-thought per tool clip, sequence optimality per trajectory) are independent
 requests. Every request of a judge's run goes through that judge's one
 :class:`~eval_pipeline.judges.limits.CallLimiter`: a chain holds a slot only while one of its
@@ -28,6 +30,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from eval_pipeline.judges.assessments import categories_of, category_request, trajectory_request
 from eval_pipeline.judges.base import ClipTask, Judge, JudgeRequest
 from eval_pipeline.judges.errors import redact
 from eval_pipeline.judges.judgment import JudgeRuntime, judge_one
@@ -36,7 +39,12 @@ from eval_pipeline.judges.repeats import judge_repeated
 from eval_pipeline.judges.reply import InvalidReply, validate_reply
 from eval_pipeline.judges.requests import build_react_requests, build_request, chain_context
 from eval_pipeline.judges.rows import JudgmentRow, RunSummary, summarize_rows
-from eval_pipeline.rubrics import ALL_EVALUATIONS, EVAL_KIND_CLIP
+from eval_pipeline.rubrics import (
+    ALL_EVALUATIONS,
+    EVAL_CATEGORY_ASSESSMENT,
+    EVAL_KIND_CLIP,
+    EVAL_TRAJECTORY_ASSESSMENT,
+)
 
 __all__ = [
     "ClipTask",
@@ -89,34 +97,66 @@ class JudgeRunResult:
     lowest_concurrency: int | None = None  # the adaptive limit's lowest point, after 429s
 
 
-async def _judge_chain(judge: Judge, tasks: list[ClipTask], runtime: JudgeRuntime,
-                       progress: Callable[[int, int], None] | None = None
-                       ) -> list[JudgmentRow]:
-    """A trajectory's clips in order, each prompt carrying the earlier clips' summaries.
+def _assessment_count(tasks: Sequence[ClipTask], kinds: set[str]) -> int:
+    """The assessment requests a trajectory's chain makes after (and beside) its clips."""
+    count = len(categories_of(tasks)) if EVAL_CATEGORY_ASSESSMENT in kinds else 0
+    return count + (EVAL_TRAJECTORY_ASSESSMENT in kinds)
 
-    A request's priority is minus the requests its chain still has to make, so the longest
-    remaining chains go first whenever requests wait for a slot.
+
+async def _judge_chain(judge: Judge, tasks: list[ClipTask], runtime: JudgeRuntime,
+                       progress: Callable[[int, int], None] | None = None,
+                       kinds: frozenset[str] = frozenset()) -> list[JudgmentRow]:
+    """A trajectory's clips in order, each prompt carrying the earlier clips' summaries,
+    then the assessments the ``kinds`` ask for (:mod:`eval_pipeline.judges.assessments`).
+
+    A category's assessment is sent as soon as the last clip of that category has its row,
+    while the chain goes on; the trajectory assessment once every clip and every category
+    assessment has its row. A request's priority is minus the requests on its longest path
+    to the chain's end (the trajectory assessment counted), so the longest remaining chains
+    go first whenever requests wait for a slot.
     """
     rows: list[JudgmentRow] = []
     summaries: list[str] = []
     ordered = sorted(tasks, key=lambda t: t.clip_index)
-    for done, task in enumerate(ordered):
-        context, dropped = chain_context(summaries, runtime.context_budget_chars)
-        row, summary = await judge_repeated(judge, build_request(task, context), runtime,
-                                            priority=-(len(ordered) - done),
-                                            context_dropped=dropped)
-        rows.append(row)
-        if progress is not None:
-            progress(1, 0)
-        if summary:
-            summaries.append(summary)
+    categories = categories_of(ordered) if EVAL_CATEGORY_ASSESSMENT in kinds else {}
+    last_clip = {ts[-1].clip_index: c for c, ts in categories.items()}
+    tail = 1 if EVAL_TRAJECTORY_ASSESSMENT in kinds else 0
+    by_index: dict[int, JudgmentRow] = {}
+    pending: dict[str, asyncio.Task[list[JudgmentRow]]] = {}
+    try:
+        for done, task in enumerate(ordered):
+            context, dropped = chain_context(summaries, runtime.context_budget_chars)
+            row, summary = await judge_repeated(judge, build_request(task, context), runtime,
+                                                priority=-(len(ordered) - done + tail),
+                                                context_dropped=dropped)
+            rows.append(row)
+            by_index[task.clip_index] = row
+            if progress is not None:
+                progress(1, 0)
+            if summary:
+                summaries.append(summary)
+            category = last_clip.get(task.clip_index)
+            if category is not None:  # every clip of this category has its row
+                request = category_request(category, categories[category], by_index)
+                pending[category] = asyncio.ensure_future(_judge_single(
+                    judge, request, runtime, progress, priority=-(1 + tail)))
+        category_rows = {c: (await unit)[0] for c, unit in pending.items()}
+    finally:
+        for unit in pending.values():
+            unit.cancel()  # only the chain's own cancellation leaves one running
+    rows += category_rows.values()
+    if tail and ordered:
+        request = trajectory_request(ordered, by_index,
+                                     category_rows if EVAL_CATEGORY_ASSESSMENT in kinds
+                                     else None)
+        rows += await _judge_single(judge, request, runtime, progress)
     return rows
 
 
 async def _judge_single(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime,
-                        progress: Callable[[int, int], None] | None = None
-                        ) -> list[JudgmentRow]:
-    row, _ = await judge_repeated(judge, request, runtime, priority=-1)
+                        progress: Callable[[int, int], None] | None = None,
+                        priority: float = -1) -> list[JudgmentRow]:
+    row, _ = await judge_repeated(judge, request, runtime, priority=priority)
     if progress is not None:
         progress(1, 0)
     return [row]
@@ -133,8 +173,9 @@ async def run_job(job: JudgeJob, tasks: Sequence[ClipTask], concurrency: int = 4
                   ) -> JudgeRunResult:
     """Judge every clip on each requested evaluation kind; never raises.
 
-    Rows come grouped by trajectory: its clip-rubric rows in clip order, then its ReAct
-    rows. ``concurrency`` applies only when the runtime has no limiter of its own.
+    Rows come grouped by trajectory: its clip-rubric rows in clip order, its category
+    assessments in the order of their categories' last clips, its trajectory assessment,
+    then its ReAct rows. ``concurrency`` applies only when the runtime has no limiter of its own.
     """
     judge, runtime = job.judge, job.runtime
     if runtime.limiter is None:
@@ -145,10 +186,12 @@ async def run_job(job: JudgeJob, tasks: Sequence[ClipTask], concurrency: int = 4
         by_trajectory.setdefault(task.trajectory_id, []).append(task)
     # (requests the unit makes, position in the output, the unit)
     units: list[tuple[int, int, Coroutine[Any, Any, list[JudgmentRow]]]] = []
+    chain_kinds = frozenset(kinds)
     for trajectory in by_trajectory.values():
-        if EVAL_KIND_CLIP in kinds:
-            units.append((len(trajectory), len(units),
-                          _judge_chain(judge, trajectory, runtime, job.progress)))
+        if EVAL_KIND_CLIP in kinds:  # the assessments need the clips (JudgeConfig checks)
+            units.append((len(trajectory) + _assessment_count(trajectory, kinds), len(units),
+                          _judge_chain(judge, trajectory, runtime, job.progress,
+                                       chain_kinds)))
         for request in build_react_requests(trajectory, job.evaluations):
             units.append((1, len(units), _judge_single(judge, request, runtime, job.progress)))
     if job.progress is not None:

@@ -43,10 +43,11 @@ class Rubric(BaseModel):
             lines.append(f"{i}. {label} (0-1): {desc}")
         return "\n".join(lines)
 
-    def json_example(self) -> str:
+    def json_example(self, summary: str = "One sentence summary of what this clip did and "
+                     "the result") -> str:
         example = {
             "scores": dict.fromkeys(self.metrics, 0.0),
-            "summary": "One sentence summary of what this clip did and the result",
+            "summary": summary,
             "reasoning": "Detailed explanation of your evaluation and scoring rationale",
         }
         return json.dumps(example, indent=4)
@@ -73,10 +74,13 @@ def template(name: str) -> str:
 
 
 def templates_version() -> str:
-    """One version over every template and rubric: what a judge's output depends on.
+    """One version over the clip and ReAct templates and rubrics: the ``template_version``
+    of those rows and part of their cache key.
 
     The ReAct templates are included so editing one of them marks every judge stale, just
-    like editing a rubric does.
+    like editing a rubric does. The assessments' templates have their own version
+    (:func:`assessment_templates_version`), so editing them re-asks only the assessments;
+    :func:`all_templates_version` covers both, for the judges' code versions.
     """
     return text_version(
         template("system"), template("clip"), *(r.version for r in rubrics().values()),
@@ -131,13 +135,22 @@ def render_clip_prompt(
 # -- ReAct evaluations (thought-to-tool, query-to-thought, sequence optimality) -----------
 
 EvaluationKind = Literal["clip_rubric", "thought_to_tool", "query_to_thought",
-                         "sequence_optimality"]
+                         "sequence_optimality", "category_assessment",
+                         "trajectory_assessment"]
 EVAL_KIND_CLIP: Final = "clip_rubric"
 EVAL_THOUGHT_TO_TOOL: Final = "thought_to_tool"
 EVAL_QUERY_TO_THOUGHT: Final = "query_to_thought"
 EVAL_SEQUENCE_OPTIMALITY: Final = "sequence_optimality"
+# The original tool's "Enhanced Category Assessment" and "Final Trajectory Scoring": made
+# after a trajectory's clips are judged, from the clips and their evaluations (see the
+# assessments section at the end of this module).
+EVAL_CATEGORY_ASSESSMENT: Final = "category_assessment"
+EVAL_TRAJECTORY_ASSESSMENT: Final = "trajectory_assessment"
+ASSESSMENT_KINDS: tuple[EvaluationKind, ...] = (EVAL_CATEGORY_ASSESSMENT,
+                                                EVAL_TRAJECTORY_ASSESSMENT)
 ALL_EVALUATIONS: tuple[EvaluationKind, ...] = (
     EVAL_KIND_CLIP, EVAL_THOUGHT_TO_TOOL, EVAL_QUERY_TO_THOUGHT, EVAL_SEQUENCE_OPTIMALITY,
+    *ASSESSMENT_KINDS,
 )
 TRAJECTORY_CLIP_INDEX = -1
 TRAJECTORY_TOOL_TYPE = "trajectory"
@@ -261,3 +274,76 @@ def tool_definitions(tools: list[tuple[str, str]]) -> str:
     if not seen:
         return "(no tools seen in this trajectory)"
     return "".join(f"\n{name}: {desc}\n" for name, desc in seen.items())
+
+
+# -- Category and trajectory assessments ---------------------------------------------------
+#
+# The original tool assesses each tool category after its clips ("Enhanced Category
+# Assessment") and then the whole trajectory from all clips and the category assessments
+# ("Final Trajectory Scoring"). Its README names both without their metrics or prompts; the
+# rubrics are ours (``rubrics/assessments.yaml``) and the templates ``category.txt`` and
+# ``trajectory.txt``, in the shape of the clip template. Both answer like a clip rubric
+# (scores per metric, summary, reasoning), so providers, validation, the cache, averaging
+# and failed rows need no code of their own.
+
+ASSESSMENT_TEMPLATE_FILES = ("assessment_system", "category", "trajectory")
+ASSESSMENT_CLIP_CHARS = 4000
+"""Characters of one clip's content shown in an assessment prompt (head and tail kept
+around a marker, as :func:`eval_pipeline.judges.requests.cut_text`): the trajectory prompt
+shows every clip, and each clip's own evaluation is there beside it."""
+
+
+@lru_cache(maxsize=1)
+def assessment_rubrics() -> dict[str, Rubric]:
+    """``category_assessment`` and ``trajectory_assessment`` -> their rubric."""
+    data = yaml.safe_load(_read("assessments.yaml"))
+    missing = [k for k in ASSESSMENT_KINDS if k not in data]
+    if missing:
+        raise ValueError(f"rubrics/assessments.yaml lacks {missing}")
+    return {k: Rubric(tool_type=k, title=data[k]["title"], metrics=data[k]["metrics"])
+            for k in ASSESSMENT_KINDS}
+
+
+def assessment_templates_version() -> str:
+    """The version of the assessment rows: their templates, rubrics and system prompt."""
+    return text_version(*(template(name) for name in ASSESSMENT_TEMPLATE_FILES),
+                        *(r.version for r in assessment_rubrics().values()))
+
+
+def all_templates_version() -> str:
+    """Every template and rubric a judge may use: feeds the judges' code versions, so
+    editing any of them marks the judges that use it stale in the UI."""
+    return text_version(templates_version(), assessment_templates_version())
+
+
+def render_category_prompt(*, category: str, task_description: str, clips_text: str
+                           ) -> tuple[str, str]:
+    """(system, user) for assessing one tool category of a trajectory.
+
+    ``clips_text`` is the category's clips in order, each with its own evaluation, already
+    rendered (untrusted parts fenced) by :mod:`eval_pipeline.judges.assessments`.
+    """
+    rubric = assessment_rubrics()[EVAL_CATEGORY_ASSESSMENT]
+    user = template("category").format(
+        category=category,
+        task_description=fence(task_description),
+        clips=clips_text,
+        criteria=rubric.criteria_text(),
+        json_example=rubric.json_example(
+            "One sentence on how the agent used this tool category"),
+    )
+    return template("assessment_system").strip(), user
+
+
+def render_trajectory_prompt(*, task_description: str, clips_text: str,
+                             categories_text: str) -> tuple[str, str]:
+    """(system, user) for the final assessment of a whole trajectory."""
+    rubric = assessment_rubrics()[EVAL_TRAJECTORY_ASSESSMENT]
+    user = template("trajectory").format(
+        task_description=fence(task_description),
+        clips=clips_text,
+        categories=categories_text,
+        criteria=rubric.criteria_text(),
+        json_example=rubric.json_example("One sentence on what the trajectory achieved"),
+    )
+    return template("assessment_system").strip(), user

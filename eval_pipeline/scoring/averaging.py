@@ -34,7 +34,8 @@ AVERAGED_COLUMNS = [
     "mean_score", "n_judges", "n_judges_succeeded", "judges", "spread", "summary", "reasoning",
     "errors", "label", "label_counts", "disagreement",
 ]
-_KEYS = ["trajectory_id", "clip_index", "evaluation_kind"]
+# tool_type too: a trajectory's category assessments share clip_index -1 and differ by it.
+_KEYS = ["trajectory_id", "clip_index", "evaluation_kind", "tool_type"]
 
 
 def json_object(value: Any) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 
 A trajectory with no scored clip has no overall score. The ReAct evaluations never enter
 the original tool's ``evaluation_metadata`` figures or ``overall_trajectory_score``; they
-get their own columns and a ``react_evaluations`` block.
+get their own columns and a ``react_evaluations`` block. The category and trajectory
+assessments neither: they get the ``category_assessments`` and
+``final_trajectory_assessment`` blocks, blocks at the end of the text and the
+``trajectory_assessment_score`` column (:mod:`eval_pipeline.scoring.assessments`).
 
 Every input table is turned into plain records once and bucketed by trajectory in one
 pass; per-trajectory pandas sub-frames (a group-by, a sort and a ``to_dict`` for each)
@@ -20,12 +23,14 @@ from typing import Any
 import pandas as pd
 
 from eval_pipeline.rubrics import (
+    ASSESSMENT_KINDS,
     EVAL_KIND_CLIP,
     EVAL_QUERY_TO_THOUGHT,
     EVAL_SEQUENCE_OPTIMALITY,
     EVAL_THOUGHT_TO_TOOL,
     REACT_EVALUATIONS,
 )
+from eval_pipeline.scoring.assessments import FINAL_KEY, assessment_blocks, assessment_metadata
 from eval_pipeline.scoring.averaging import json_object, mean
 from eval_pipeline.scoring.react_breakdown import react_breakdown, tool_clips_by_trajectory
 
@@ -34,7 +39,8 @@ SUMMARY_COLUMNS = [
     "task_description", "timestamp", "duration", "success", "final_result", "raw_response",
     "total_clips", "successful_evaluations", "success_rate", "overall_trajectory_score",
     "thought_to_tool_accuracy", "query_to_thought_accuracy", "sequence_optimality",
-    "routing_passed", "routing_reason", "reward", "final_label", "labelled_clips",
+    "trajectory_assessment_score", "routing_passed", "routing_reason", "reward", "final_label",
+    "labelled_clips",
     "evaluation_metadata", "full_response_with_evaluations",
 ]
 _ROUTING_LISTS = ("expected_tools", "actual_tools", "missing", "unexpected",
@@ -257,6 +263,7 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
     """One summary row per trajectory: figures, metadata and the text with its evaluations."""
     rubric_by_traj: dict[str, list[dict[str, Any]]] = defaultdict(list)
     react_by_traj: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    assessed_by_traj: dict[str, list[dict[str, Any]]] = defaultdict(list)
     has_react = False
     for r in _records(averaged):
         if r["evaluation_kind"] == EVAL_KIND_CLIP:
@@ -264,6 +271,8 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
         elif r["evaluation_kind"] in REACT_EVALUATIONS:
             react_by_traj[r["trajectory_id"]].append(r)
             has_react = True
+        elif r["evaluation_kind"] in ASSESSMENT_KINDS:
+            assessed_by_traj[r["trajectory_id"]].append(r)
     routing_by_traj = {r["trajectory_id"]: r for r in _records(routing)}
     tools_by_traj = tool_clips_by_trajectory(clips) if has_react else {}
     ends = {key: int(end) for key, end in _by_clip(clips, "end").items()}
@@ -303,6 +312,14 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
         seq_rows = [r for r in react_rows if r["evaluation_kind"] == EVAL_SEQUENCE_OPTIMALITY]
         if seq_rows:
             full += trajectory_evaluation_block(seq_rows[0])
+        assessed = assessed_by_traj.get(tid, [])
+        if assessed:  # after the original tool's keys and the ReAct block
+            per_type: dict[str, int] = defaultdict(int)
+            for r in clip_rows:
+                per_type[str(r["tool_type"])] += 1
+            meta.update(assessment_metadata(assessed, per_type))
+            full += assessment_blocks(assessed)
+        final_assessment = meta.get(FINAL_KEY) or {}
         rows.append({
             **{c: traj.get(c) for c in SUMMARY_COLUMNS if c in traj},
             "total_clips": meta["total_clips"],
@@ -312,6 +329,7 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
             "thought_to_tool_accuracy": react[EVAL_THOUGHT_TO_TOOL]["accuracy"],
             "query_to_thought_accuracy": react[EVAL_QUERY_TO_THOUGHT]["accuracy"],
             "sequence_optimality": react[EVAL_SEQUENCE_OPTIMALITY]["score"],
+            "trajectory_assessment_score": final_assessment.get("overall_average"),
             "routing_passed": bool(routed["passed"]) if routed is not None else None,
             "routing_reason": routed["reason"] if routed is not None else None,
             # (clip, judges' mean score, the source's step label) for agreement figures.

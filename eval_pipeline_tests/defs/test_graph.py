@@ -46,12 +46,17 @@ def test_whole_graph_for_a_batch_with_malformed_records(project_root, tmp_path, 
             assert isinstance(value, dict) and isinstance(value["raw_response"], str)
     # Every clip judged once on its rubric, plus the ReAct kinds: one thought_to_tool per
     # tool clip, one query_to_thought per tool clip with a thought, one
-    # sequence_optimality per trajectory; every judgment ok with scores in [0, 1].
+    # sequence_optimality per trajectory, one category assessment per tool type used in a
+    # trajectory and one trajectory assessment per trajectory; every judgment ok with
+    # scores in [0, 1].
     tool_clips = clips[clips["tool_type"] != "final"]
     assert judged["evaluation_kind"].value_counts().to_dict() == {
         "clip_rubric": len(clips), "thought_to_tool": len(tool_clips),
         "query_to_thought": int((tool_clips["thought"].str.strip() != "").sum()),
-        "sequence_optimality": len(kept)}
+        "sequence_optimality": len(kept),
+        "category_assessment": len(tool_clips[["trajectory_id", "tool_type"]]
+                                   .drop_duplicates()),
+        "trajectory_assessment": len(kept)}
     assert len(judged) == len(averaged)
     assert (judged["provider"] == "heuristic").all()
     for scores in judged["scores"]:

@@ -102,7 +102,7 @@ def test_llm_judges_detail_files_and_multi_model_fields(two_llm_judges_and_a_dea
         lengths = []
         for path in folder.glob(f"{prefix}_*_eva.json"):
             data = json.loads(path.read_text("utf-8"))
-            for e in data["evaluations"] + data["react_evaluations"]:
+            for e in data["evaluations"] + data["react_evaluations"] + data["assessments"]:
                 assert e["evaluation_output"]["success"] is True
                 lengths.append(e["evaluation_input"]["prompt_length"])
         assert sorted(lengths) == _prompt_lengths(server)
@@ -111,7 +111,7 @@ def test_llm_judges_detail_files_and_multi_model_fields(two_llm_judges_and_a_dea
     # The dead judge's judgments stay failed, with their error, and no score.
     for path in folder.glob("openai_gpt-4o_*_eva.json"):
         data = json.loads(path.read_text("utf-8"))
-        for e in data["evaluations"] + data["react_evaluations"]:
+        for e in data["evaluations"] + data["react_evaluations"] + data["assessments"]:
             out = e["evaluation_output"]
             assert out["success"] is False and out["scores"] == {} and out["error_message"]
 

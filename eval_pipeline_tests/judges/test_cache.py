@@ -103,15 +103,17 @@ def test_cache_is_shared_across_processes(openai_server, tmp_path):
     a, b = _worker(openai_server, path, 0, 4), _worker(openai_server, path, 4, 4)
     first_a, first_b = _summary(a), _summary(b)
     # per trajectory (default evaluations): 3 rubric + 3 thought_to_tool + 1 sequence
-    assert first_a["ok"] == first_b["ok"] == 4 * 7
-    assert openai_server.calls == 56
+    # + 3 category assessments (each clip its own tool type) + 1 trajectory assessment
+    assert first_a["ok"] == first_b["ok"] == 4 * 11
+    assert openai_server.calls == 88
 
-    # a third process reruns everything: all hits, no call
+    # a third process reruns everything: all hits, no call (the assessments' prompts,
+    # rendered from the cached clip rows, are the same text)
     again = _summary(_worker(openai_server, path, 0, 8))
-    assert again["cached"] == 56 and again["calls"] == 0
-    assert openai_server.calls == 56
+    assert again["cached"] == 88 and again["calls"] == 0
+    assert openai_server.calls == 88
     shared = JudgeCache(path)
-    assert len(shared) == 56
+    assert len(shared) == 88
     shared.close()
 
 

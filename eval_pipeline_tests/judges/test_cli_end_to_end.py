@@ -67,7 +67,10 @@ def test_cli_run_with_llm_judges_rerun_costs_nothing(openai_server, anthropic_se
     counts = gpt["evaluation_kind"].value_counts().to_dict()
     assert counts == {"clip_rubric": len(clips), "thought_to_tool": len(tool_clips),
                       "query_to_thought": int((tool_clips["thought"].str.strip() != "").sum()),
-                      "sequence_optimality": clips["trajectory_id"].nunique()}
+                      "sequence_optimality": clips["trajectory_id"].nunique(),
+                      "category_assessment": len(tool_clips[["trajectory_id", "tool_type"]]
+                                                 .drop_duplicates()),
+                      "trajectory_assessment": clips["trajectory_id"].nunique()}
     rubric = averaged[averaged["evaluation_kind"] == "clip_rubric"]
     row = rubric.iloc[0]
     key = (row["trajectory_id"], row["clip_index"])
@@ -77,7 +80,8 @@ def test_cli_run_with_llm_judges_rerun_costs_nothing(openai_server, anthropic_se
     expected = {m: (pair[0][m] + pair[1][m]) / 2 for m in pair[0]}
     assert json.loads(row["scores"]) == pytest.approx(expected)
     # Both fakes answer every ReAct prompt with the positive label: full agreement.
-    react = averaged[averaged["evaluation_kind"] != "clip_rubric"]
+    react = averaged[averaged["evaluation_kind"].isin(
+        ["thought_to_tool", "query_to_thought", "sequence_optimality"])]
     assert set(react["label"]) == {"correct", "optimal"} and (react["mean_score"] == 1.0).all()
     summaries = pd.read_parquet(out / "trajectory_summaries.parquet")
     assert (summaries["sequence_optimality"] == 1.0).all()
@@ -142,7 +146,7 @@ def test_cli_run_against_servers_without_structured_output(tmp_path, monkeypatch
         for name in ("local", "claude"):
             rows = pd.read_parquet(out / f"judgments__{name}.parquet")
             assert (rows["status"] == "ok").all(), rows["error"].dropna().head().tolist()
-            assert len(rows) > 10 and rows["evaluation_kind"].nunique() == 4
+            assert len(rows) > 10 and rows["evaluation_kind"].nunique() == 6  # assessments too
         # one refused request in the whole run, and one forced tool use answered as text
         assert refusing.refused == 1
         assert refusing.calls == 1 + len(pd.read_parquet(out / "judgments__local.parquet"))

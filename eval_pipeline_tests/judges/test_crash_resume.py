@@ -39,7 +39,8 @@ def _cli(project_root: Path, work: Path, judges: Path, out: str) -> subprocess.P
 def _scores(out: Path) -> pd.DataFrame:
     rows = pd.read_parquet(out / "judgments__gpt.parquet")
     return (rows[["trajectory_id", "clip_index", "evaluation_kind", "status", "scores",
-                  "label"]].sort_values(["trajectory_id", "clip_index", "evaluation_kind"])
+                  "label", "tool_type"]].sort_values(["trajectory_id", "clip_index",
+                                                      "evaluation_kind", "tool_type"])
             .reset_index(drop=True))
 
 

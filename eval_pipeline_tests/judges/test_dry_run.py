@@ -28,9 +28,13 @@ def test_dry_run_counts_calls_and_cost_without_calling(openai_server, anthropic_
     assert local.est_cost_usd == 0.0 and local.model == "qwen2.5:7b"
     # local keeps the default evaluations: besides one rubric call per clip, one
     # thought_to_tool call per tool clip (all 6 here), no query_to_thought (the fixture's
-    # clips state no thought) and one sequence_optimality call per trajectory (2).
+    # clips state no thought), one sequence_optimality call per trajectory (2), and the
+    # assessments: one per tool category used in each trajectory (3 each) and one per
+    # trajectory.
     trajectories = len({t.trajectory_id for t in tasks})
-    assert local.calls == len(tasks) + len(tasks) + trajectories
+    categories = len({(t.trajectory_id, t.tool_type) for t in tasks})
+    assert categories == 6
+    assert local.calls == len(tasks) + len(tasks) + trajectories + categories + trajectories
     assert estimate.calls == 2 * len(tasks) + local.calls
 
     table = estimate.to_table()

@@ -32,9 +32,10 @@ from eval_pipeline_tests.judges.helpers import anthropic_config, openai_config
 TOOL_TYPES = ["microsandbox", "deepsearch", "browser_use"]
 CLIPS = 4  # three tool clips and the final clip
 # Per trajectory: 4 rubric rows, thought-to-tool and query-to-thought for each of the 3
-# tool clips, one sequence-optimality row: 11 judgments.
-PER_TRAJECTORY = CLIPS + 2 * (CLIPS - 1) + 1
-TRAJECTORIES = 100  # 1,100 judgments per path
+# tool clips, one sequence-optimality row, a category assessment for each of the 3 tool
+# types and one trajectory assessment: 15 judgments.
+PER_TRAJECTORY = CLIPS + 2 * (CLIPS - 1) + 1 + (CLIPS - 1) + 1
+TRAJECTORIES = 100  # 1,500 judgments per path
 DEFAULT_RETRIES = JudgeConfig.model_fields["max_retries"].default
 DEFAULT_BREAKER = 3  # LLMJudgeResource.breaker_threshold's default
 
@@ -83,14 +84,18 @@ def label_of(prompt: str, labels: list[str]) -> str:
     return labels[0] if expected_positive(int(match.group(1))) else labels[1]
 
 
-def expected_keys(trajectories: int) -> set[tuple[str, int, str]]:
-    keys: set[tuple[str, int, str]] = set()
+def expected_keys(trajectories: int) -> set[tuple[str, int, str, str]]:
+    keys: set[tuple[str, int, str, str]] = set()
     for t in range(trajectories):
         tid = f"t{t:03d}"
-        keys |= {(tid, i, "clip_rubric") for i in range(CLIPS)}
+        kinds = [*TOOL_TYPES, "final"]
+        keys |= {(tid, i, "clip_rubric", kinds[i]) for i in range(CLIPS)}
         for i in range(CLIPS - 1):
-            keys |= {(tid, i, "thought_to_tool"), (tid, i, "query_to_thought")}
-        keys.add((tid, -1, "sequence_optimality"))
+            keys |= {(tid, i, "thought_to_tool", kinds[i]),
+                     (tid, i, "query_to_thought", kinds[i]),
+                     (tid, -1, "category_assessment", kinds[i])}
+        keys |= {(tid, -1, "sequence_optimality", "trajectory"),
+                 (tid, -1, "trajectory_assessment", "trajectory")}
     return keys
 
 
@@ -120,7 +125,8 @@ def _config(server: fs.FakeLLMServer, **overrides: Any) -> JudgeConfig:
 def assert_accounted(result: JudgeRunResult, trajectories: int) -> None:
     """One row per requested judgment, none twice; a row is ok with scores or failed with
     an error and nothing scored."""
-    keys = [(r.trajectory_id, r.clip_index, r.evaluation_kind) for r in result.rows]
+    keys = [(r.trajectory_id, r.clip_index, r.evaluation_kind, r.tool_type)
+            for r in result.rows]
     assert len(keys) == len(set(keys)) == trajectories * PER_TRAJECTORY
     assert set(keys) == expected_keys(trajectories)
     for row in result.rows:
@@ -139,8 +145,14 @@ def assert_scores_are_the_servers(result: JudgeRunResult) -> None:
             continue
         t = int(row.trajectory_id[1:])
         got = json.loads(row.scores)
-        if row.evaluation_kind == "clip_rubric":
-            want = expected_score(t, row.clip_index)
+        if row.evaluation_kind in ("clip_rubric", "category_assessment",
+                                   "trajectory_assessment"):
+            # an assessment prompt shows its clips in order: the server scores it by the
+            # first (a category's only clip here; clip 0 for the whole trajectory)
+            first = (row.clip_index if row.evaluation_kind == "clip_rubric"
+                     else TOOL_TYPES.index(row.tool_type)
+                     if row.evaluation_kind == "category_assessment" else 0)
+            want = expected_score(t, first)
             assert got and set(got.values()) == {want}, (row.trajectory_id, row.clip_index,
                                                         got, want)
         else:

@@ -83,19 +83,22 @@ def test_compatible_preset_json_object_mode_and_no_key_local(openai_server, task
     # the reply is validated against the same label enum on the way back.
     assert all(r.status == "ok" for r in rows)
     assert {r.evaluation_kind: r.label for r in rows[1:]} == {
-        "thought_to_tool": "correct", "sequence_optimality": "optimal"}
+        "thought_to_tool": "correct", "sequence_optimality": "optimal",
+        "category_assessment": None, "trajectory_assessment": None}
 
     local = JudgeConfig(name="local", provider="openai_compatible", preset="vllm",
                         base_url=openai_server.base_url, model="qwen")
     rows = run(local, tasks[:1], api_key=None)
     assert rows[0].status == "ok" and rows[0].cost_usd == 0.0
     assert openai_server.requests[-1].body["response_format"]["type"] == "json_schema"
-    # Default evaluations: the clip's rubric row, its thought_to_tool row and the
-    # trajectory's sequence_optimality row (the clip states no thought: no query_to_thought).
-    assert [r.evaluation_kind for r in rows] == ["clip_rubric", "thought_to_tool",
-                                                 "sequence_optimality"]
+    # Default evaluations: the clip's rubric row, the assessments of its category and of
+    # the trajectory, its thought_to_tool row and the trajectory's sequence_optimality row
+    # (the clip states no thought: no query_to_thought).
+    assert [r.evaluation_kind for r in rows] == [
+        "clip_rubric", "category_assessment", "trajectory_assessment", "thought_to_tool",
+        "sequence_optimality"]
     summary = summarize_rows(rows)
-    assert summary.ok == 3 and summary.calls == 3
+    assert summary.ok == 5 and summary.calls == 5
 
 
 def test_anthropic_compatible_servers_get_the_temperature_and_anthropic_does_not(

@@ -22,7 +22,7 @@ from eval_pipeline.judges.runner import (
     validate_reply,
 )
 from eval_pipeline.judges.schema import wire_schema
-from eval_pipeline.rubrics import ALL_EVALUATIONS
+from eval_pipeline.rubrics import ALL_EVALUATIONS, REACT_EVALUATIONS
 from eval_pipeline_tests.judges.fake_servers import Act, label, sleep
 from eval_pipeline_tests.judges.helpers import anthropic_config, openai_config, run, unfenced
 
@@ -240,7 +240,7 @@ def test_runner_rows_per_kind():
     assert [(r.trajectory_id, r.clip_index, r.tool_type) for r in seq] == [
         ("t0", -1, "trajectory"), ("t1", -1, "trajectory")]
     assert all(r.status == "ok" and r.provider == "heuristic" for r in rows)
-    react = [r for r in rows if r.evaluation_kind != "clip_rubric"]
+    react = [r for r in rows if r.evaluation_kind in REACT_EVALUATIONS]
     assert all(r.previous_context == "" for r in react)  # no context chain for ReAct
     assert {r.label for r in react} <= {"correct", "incorrect", "optimal", "suboptimal"}
     # the clip chain is untouched: the rubric rows carry the earlier summaries
@@ -326,11 +326,13 @@ def test_llm_judges_answer_react_prompts_and_rerun_from_cache(openai_server, ant
     for server, config in configs:
         rows = run(config, tasks, cache=cache)
         counts = {k: sum(r.evaluation_kind == k for r in rows) for k in ALL_EVALUATIONS}
+        # and the assessments: one per tool category used (two) and one per trajectory
         assert counts == {"clip_rubric": 4, "thought_to_tool": 3, "query_to_thought": 2,
-                          "sequence_optimality": 1}
-        assert server.calls == len(rows) == 10
+                          "sequence_optimality": 1, "category_assessment": 2,
+                          "trajectory_assessment": 1}
+        assert server.calls == len(rows) == 13
         assert all(r.status == "ok" and not r.cached for r in rows)
-        react = [r for r in rows if r.evaluation_kind != "clip_rubric"]
+        react = [r for r in rows if r.evaluation_kind in REACT_EVALUATIONS]
         assert {json.dumps(json.loads(r.scores)) for r in react} >= {
             '{"thought_to_tool": 1.0}', '{"sequence_optimality": 1.0}'}
         assert {r.label for r in react} == {"correct", "optimal"}
@@ -340,7 +342,7 @@ def test_llm_judges_answer_react_prompts_and_rerun_from_cache(openai_server, ant
         assert sum(1 for e in enums if e) == 1
 
         again = run(config, tasks, cache=cache)
-        assert server.calls == 10, "a rerun of unchanged work must not call"
+        assert server.calls == 13, "a rerun of unchanged work must not call"
         assert all(r.cached for r in again)
         assert [(r.evaluation_kind, r.label) for r in again] == [
             (r.evaluation_kind, r.label) for r in rows]
@@ -381,7 +383,9 @@ def test_dry_run_counts_react_calls_and_their_cache_hits(openai_server, tmp_path
     config = openai_config(openai_server, evaluations=list(ALL_EVALUATIONS))
     tasks = trajectory("t0") + trajectory("t1")
     before = estimate_cost(tasks, [config]).judges[0]
-    assert before.calls == 2 * (4 + 3 + 2 + 1) and before.cached == 0
+    # per trajectory: 4 rubric, 3 thought-to-tool, 2 query-to-thought, 1 sequence, and
+    # the assessments of its 2 tool categories and of the whole trajectory
+    assert before.calls == 2 * (4 + 3 + 2 + 1 + 2 + 1) and before.cached == 0
     narrowed = estimate_cost(tasks, [openai_config(openai_server,
                                                    evaluations=["thought_to_tool"])])
     assert narrowed.judges[0].calls == 6

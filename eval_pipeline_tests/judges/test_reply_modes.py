@@ -16,16 +16,18 @@ from eval_pipeline.judges.config import JudgeConfig, Provider
 from eval_pipeline.judges.heuristic import HeuristicJudge
 from eval_pipeline.judges.presets import resolve_endpoint
 from eval_pipeline.judges.runner import ClipTask, JudgeRuntime, JudgmentRow, run_judge
-from eval_pipeline.rubrics import ALL_EVALUATIONS
+from eval_pipeline.rubrics import ALL_EVALUATIONS, REACT_EVALUATIONS
 from eval_pipeline_tests.judges import fake_servers as fs
 from eval_pipeline_tests.judges.conftest import SECRET, make_tasks
 from eval_pipeline_tests.judges.fake_servers import FakeLLMServer
 from eval_pipeline_tests.judges.helpers import anthropic_config, openai_config, scores_of
 
 ALL = list(ALL_EVALUATIONS)
-REACT = [k for k in ALL if k != "clip_rubric"]
-# make_tasks' clips state no thought, so they get no query_to_thought row
-KINDS = ["clip_rubric", "thought_to_tool", "sequence_optimality"]
+REACT = list(REACT_EVALUATIONS)
+# make_tasks' clips state no thought, so they get no query_to_thought row; the category
+# and trajectory assessments answer in the rubric's shape, so every mode must read them too
+KINDS = ["clip_rubric", "thought_to_tool", "sequence_optimality", "category_assessment",
+         "trajectory_assessment"]
 
 
 def judge_and_rows(config: JudgeConfig, tasks: Sequence[ClipTask], api_key: str | None = SECRET

@@ -104,7 +104,8 @@ def test_the_server_receives_cut_fields_and_each_row_records_what_it_lost(openai
             for m in ("content", "thought", "action_input")}
     lost["task"] = cut_text(big.task_description, LIMIT)[1]
     assert f"[... {lost['content']} characters left out ...]" in rubric
-    thought_to_tool = next(p for p in prompts if "INPUT-HEAD" in p)
+    thought_to_tool = next(p for p in prompts if "INPUT-HEAD" in p
+                           and "determine if the \"Action\"" in p)
     assert "INPUT-TAIL" in thought_to_tool and "THOUGHT-TAIL" in thought_to_tool
 
     assert rows[("big", 0, "clip_rubric")].truncated_chars == lost["task"] + lost["content"]
@@ -113,6 +114,10 @@ def test_the_server_receives_cut_fields_and_each_row_records_what_it_lost(openai
     assert rows[("big", 0, "query_to_thought")].truncated_chars == (
         lost["task"] + lost["thought"])
     assert rows[("big", -1, "sequence_optimality")].truncated_chars == lost["task"]
+    # the assessments show each clip shortened to their own bound, whatever the limit:
+    # only the task description's cut is counted
+    assert rows[("big", -1, "category_assessment")].truncated_chars == lost["task"]
+    assert rows[("big", -1, "trajectory_assessment")].truncated_chars == lost["task"]
     assert rows[("big", 1, "clip_rubric")].truncated_chars == lost["task"]
     small = [r for key, r in rows.items() if key[0] == "small"]
     assert small and all(r.truncated_chars == 0 for r in small)
@@ -126,7 +131,7 @@ def test_the_server_receives_cut_fields_and_each_row_records_what_it_lost(openai
     table = judgment_table(outcome.rows)
     assert list(table.columns).count("truncated_chars") == 1
     meta = judgment_metadata(config, outcome.rows, table, outcome)
-    assert meta["truncated_rows"] == sum(r.truncated_chars > 0 for r in outcome.rows) == 5
+    assert meta["truncated_rows"] == sum(r.truncated_chars > 0 for r in outcome.rows) == 7
     assert meta["truncated_chars"] == int(table["truncated_chars"].sum())
 
 

@@ -89,16 +89,17 @@ def _judgments(store: Path, keys: list[str]) -> pd.DataFrame:
     """What a judgment decided (the fake server numbers its summaries by arrival, so those
     differ between any two runs)."""
     rows = _table(store, JUDGE_KEY, keys)
-    return (rows[["trajectory_id", "clip_index", "evaluation_kind", "status", "scores",
-                  "label"]]
-            .sort_values(["trajectory_id", "clip_index", "evaluation_kind"])
+    return (rows[["trajectory_id", "clip_index", "evaluation_kind", "tool_type", "status",
+                  "scores", "label"]]
+            .sort_values(["trajectory_id", "clip_index", "evaluation_kind", "tool_type"])
             .reset_index(drop=True))
 
 
 def _averaged(store: Path, keys: list[str]) -> pd.DataFrame:
     rows = _table(store, ("averaged_scores",), keys)
-    return (rows[["trajectory_id", "clip_index", "evaluation_kind", "scores", "n_judges"]]
-            .sort_values(["trajectory_id", "clip_index", "evaluation_kind"])
+    return (rows[["trajectory_id", "clip_index", "evaluation_kind", "tool_type", "scores",
+                  "n_judges"]]
+            .sort_values(["trajectory_id", "clip_index", "evaluation_kind", "tool_type"])
             .reset_index(drop=True))
 
 

@@ -20,6 +20,7 @@ from pydantic import Field
 
 from eval_pipeline import progress
 from eval_pipeline.judges import make_judge
+from eval_pipeline.judges.assessments import assessment_requests
 from eval_pipeline.judges.base import Judge
 from eval_pipeline.judges.cache import JudgeCache, default_cache_path
 from eval_pipeline.judges.check import check_judge_once
@@ -81,11 +82,14 @@ class LLMJudgeResource(dg.ConfigurableResource):
         default=None, description="Times each judgment is asked (default 1): see "
         "docs/judges.md, Repeats")
     evaluations: list[str] | None = Field(
-        default=None, description="Evaluation kinds to produce (default: all four)")
+        default=None, description="Evaluation kinds to produce (default: all six)")
     mode: str | None = Field(default=None, description="live (default) or batch: the "
                              "provider's batch API, half price; see docs/judges.md")
     batch_waves: int | None = None
     batch_poll_s: float | None = None
+    assessments: bool | None = Field(
+        default=None, description="false: no category or trajectory assessments "
+        "(default true); set it here in the launchpad to turn them off for one run")
     api_key: str | None = Field(default=None, description="Bound from EnvVar(api_key_env)")
     cache_path: str | None = Field(
         default=None, description="SQLite judge cache; default $DAGSTER_HOME/storage")
@@ -198,7 +202,7 @@ def failed_rows(tasks: Sequence[ClipTask], evaluations: Sequence[str],
                 ) -> list[JudgmentRow]:
     """A failed row for every requested judgment not in ``done`` (every judgment accounted
     for, no score invented)."""
-    have = {(r.trajectory_id, r.clip_index, r.evaluation_kind) for r in done}
+    have = {(r.trajectory_id, r.clip_index, r.evaluation_kind, r.tool_type) for r in done}
     by_trajectory: dict[str, list[ClipTask]] = {}
     for task in tasks:
         by_trajectory.setdefault(task.trajectory_id, []).append(task)
@@ -207,13 +211,15 @@ def failed_rows(tasks: Sequence[ClipTask], evaluations: Sequence[str],
         if EVAL_KIND_CLIP in evaluations:
             requests += [build_request(t, "") for t in trajectory]
         requests += build_react_requests(trajectory, evaluations)
+        requests += assessment_requests(trajectory, evaluations)
     return [JudgmentRow(
         trajectory_id=r.trajectory_id, clip_index=r.clip_index,
         evaluation_kind=r.evaluation_kind, tool_type=r.tool_type,
         judge=identity["judge"], provider=identity["provider"], model=identity["model"],
         status="failed", success=False, scores="{}", error=error,
         prompt_hash=prompt_hash(r), template_version=r.template_version,
-    ) for r in requests if (r.trajectory_id, r.clip_index, r.evaluation_kind) not in have]
+    ) for r in requests
+        if (r.trajectory_id, r.clip_index, r.evaluation_kind, r.tool_type) not in have]
 
 
 def judge_resource(config: JudgeConfig, **settings: object) -> LLMJudgeResource:

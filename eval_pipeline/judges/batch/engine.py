@@ -9,8 +9,9 @@ trajectory stops there (its next clip's prompt needs this clip's summary), and t
 requests of every trajectory make the next wave. So:
 
 - wave k holds clip k of every trajectory still going, plus, in the first wave, every ReAct
-  request, and from the second wave on the repairs of unreadable answers and the
-  resubmissions of lines without a result (expired, cancelled, a provider fault), each at
+  request; a trajectory's category assessments go in the wave after its last clip, its
+  trajectory assessment in the wave after those; and from the second wave on the repairs
+  of unreadable answers and the resubmissions of lines without a result (expired, cancelled, a provider fault), each at
   most ``max_retries`` times;
 - ``batch_waves: N`` bounds the chain: a clip carries the summaries of the earlier clips of
   its stretch of N (clips 0..N-1, N..2N-1, ...), so N waves suffice; ``1`` is no chain;
@@ -34,6 +35,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from eval_pipeline.judges.assessments import (
+    categories_of,
+    category_request,
+    trajectory_request,
+)
 from eval_pipeline.judges.base import ClipTask, Judge, JudgeError, JudgeReply, JudgeRequest
 from eval_pipeline.judges.batch.ledger import BatchLedger, LedgerBatch, LedgerLine
 from eval_pipeline.judges.batch.transport import BatchTransport, LineResult, transport_for
@@ -51,7 +57,11 @@ from eval_pipeline.judges.reply import InvalidReply, validate_reply
 from eval_pipeline.judges.requests import build_react_requests, build_request, chain_context
 from eval_pipeline.judges.retry import RetryPolicy
 from eval_pipeline.judges.rows import JudgmentRow
-from eval_pipeline.rubrics import EVAL_KIND_CLIP
+from eval_pipeline.rubrics import (
+    EVAL_CATEGORY_ASSESSMENT,
+    EVAL_KIND_CLIP,
+    EVAL_TRAJECTORY_ASSESSMENT,
+)
 
 __all__ = ["BatchRun", "advance", "chain_description", "expected_waves", "job_scope",
            "poll"]
@@ -213,6 +223,7 @@ async def _walk(replay: ReplayJudge, tasks: Sequence[ClipTask], config: JudgeCon
     for trajectory in by_trajectory.values():
         if EVAL_KIND_CLIP in config.evaluations:
             summaries: list[str] = []
+            by_index: dict[int, JudgmentRow] = {}
             blocked = False
             for position, task in enumerate(sorted(trajectory, key=lambda t: t.clip_index)):
                 if stretch is not None and position % stretch == 0:
@@ -228,8 +239,11 @@ async def _walk(replay: ReplayJudge, tasks: Sequence[ClipTask], config: JudgeCon
                     blocked = True
                     continue
                 rows.append(row)
+                by_index[task.clip_index] = row
                 if row.success and row.summary:
                     summaries.append(row.summary)
+            if len(by_index) == len(trajectory):  # every clip has its row: the assessments
+                rows += await _assessments(replay, trajectory, by_index, config, runtime)
         for request in build_react_requests(trajectory, config.evaluations):
             before = replay.blocked
             replay.asking_for(replay.key_of(request))
@@ -238,6 +252,42 @@ async def _walk(replay: ReplayJudge, tasks: Sequence[ClipTask], config: JudgeCon
                 rows.append(row)
     complete = not replay.needed and not replay.waiting
     return rows, complete
+
+
+async def _ask(replay: ReplayJudge, request: JudgeRequest, runtime: JudgeRuntime
+               ) -> JudgmentRow | None:
+    """The row of one request, or None while its answer is not in (it is then needed)."""
+    before = replay.blocked
+    replay.asking_for(replay.key_of(request))
+    row = await judge_one(replay, request, runtime)
+    return None if replay.blocked > before else row
+
+
+async def _assessments(replay: ReplayJudge, trajectory: Sequence[ClipTask],
+                       by_index: dict[int, JudgmentRow], config: JudgeConfig,
+                       runtime: JudgeRuntime) -> list[JudgmentRow]:
+    """A trajectory's category assessments (the wave after its last clip), then its
+    trajectory assessment (the wave after those), as the live runner builds them."""
+    kinds = set(config.evaluations)
+    ordered = sorted(trajectory, key=lambda t: t.clip_index)
+    rows: list[JudgmentRow] = []
+    category_rows: dict[str, JudgmentRow] = {}
+    complete = True
+    if EVAL_CATEGORY_ASSESSMENT in kinds:
+        for category, tasks in categories_of(ordered).items():
+            row = await _ask(replay, category_request(category, tasks, by_index), runtime)
+            if row is None:
+                complete = False
+            else:
+                category_rows[category] = row
+    rows += category_rows.values()
+    if EVAL_TRAJECTORY_ASSESSMENT in kinds and complete and ordered:
+        row = await _ask(replay, trajectory_request(
+            ordered, by_index,
+            category_rows if EVAL_CATEGORY_ASSESSMENT in kinds else None), runtime)
+        if row is not None:
+            rows.append(row)
+    return rows
 
 
 def _runtime(config: JudgeConfig, cache: JudgeCache | None) -> JudgeRuntime:

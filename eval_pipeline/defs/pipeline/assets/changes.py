@@ -24,7 +24,7 @@ import pandas as pd
 from upath import UPath
 
 from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline.rubrics import templates_version
+from eval_pipeline.rubrics import all_templates_version
 from eval_pipeline.score_changes import (
     combined_hash,
     compare_scores,
@@ -37,7 +37,8 @@ from eval_pipeline.score_changes import (
 
 VERSIONS_KEY = "upstream_versions"
 RAW_KEY = dg.AssetKey("raw_trajectories")
-CLIP_KEYS = ("trajectory_id", "clip_index", "evaluation_kind")
+# tool_type too: a trajectory's category assessments share clip_index -1 and differ by it.
+CLIP_KEYS = ("trajectory_id", "clip_index", "evaluation_kind", "tool_type")
 
 
 def latest_materialization(instance: dg.DagsterInstance, key: dg.AssetKey,
@@ -69,7 +70,7 @@ def upstream_versions(instance: dg.DagsterInstance, batch: str | None,
     raw_trajectories, a hash of the batch file), the parser, the templates, each judge."""
     from eval_pipeline.defs.pipeline.assets.ingest import RAW_VERSION
 
-    versions = {"parser_version": RAW_VERSION, "template_version": templates_version()}
+    versions = {"parser_version": RAW_VERSION, "template_version": all_templates_version()}
     if batch is not None:
         raw = latest_materialization(instance, RAW_KEY, batch)
         content = raw.metadata.get("content_hash") if raw is not None else None

@@ -32,7 +32,12 @@ from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
 from eval_pipeline.judges.repeats import mean_per_clip_std, straddling
 from eval_pipeline.judges.runner import JudgmentRow, summarize_rows
-from eval_pipeline.rubrics import templates_version
+from eval_pipeline.rubrics import (
+    ASSESSMENT_KINDS,
+    all_templates_version,
+    assessment_templates_version,
+    templates_version,
+)
 from eval_pipeline.scoring import average_judgments
 from eval_pipeline.scoring.averaging import AVERAGED_COLUMNS
 from eval_pipeline.versions import source_version
@@ -68,8 +73,13 @@ def judge_code_version(config: JudgeConfig) -> str:
         modules += ["eval_pipeline.judges.sdk_judge", "eval_pipeline.judges.schema"]
     if config.mode == "batch":  # the walk and the transport shape a batch judge's rows
         modules += ["eval_pipeline.judges.batch.engine", "eval_pipeline.judges.batch.transport"]
+    templates = templates_version()
+    if any(k in ASSESSMENT_KINDS for k in config.evaluations):
+        # the assessments' own templates, and the code that builds their prompts
+        templates += assessment_templates_version()
+        modules.append("eval_pipeline.judges.assessments")
     code = source_version(*modules)
-    return hashlib.sha256((shaping + templates_version() + code).encode()).hexdigest()[:12]
+    return hashlib.sha256((shaping + templates + code).encode()).hexdigest()[:12]
 
 
 def judgment_asset_key(config: JudgeConfig) -> dg.AssetKey:
@@ -102,7 +112,8 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
         key=judgment_asset_key(c),
         description=f"Judgments from judge '{c.name}' ({c.provider}, {effective_model(c)}): "
         f"{', '.join(c.evaluations)} (clip_rubric: the rubric of each clip's tool type; the "
-        "ReAct kinds: a label per tool clip or per trajectory).",
+        "ReAct kinds: a label per tool clip or per trajectory; the assessments: one per "
+        "tool category and one per trajectory, after its clips).",
         kinds={"pandas", "parquet", _kind(c)},
         code_version=judge_code_version(c),
         is_required=False,
@@ -263,7 +274,7 @@ def judgment_metadata(config: JudgeConfig, rows: Sequence[JudgmentRow], table: p
         "truncated_rows": sum(r.truncated_chars > 0 for r in rows),
         "truncated_chars": sum(r.truncated_chars for r in rows),
         "judge_failed": outcome.failed or "",
-        "template_version": templates_version(),
+        "template_version": all_templates_version(),
         "rows": totals.rows,
         "ok": totals.ok,
         "failed": totals.failed,

@@ -1,6 +1,7 @@
 """Trajectory summaries per batch and the evaluation report over every batch."""
 
 
+import json
 from collections.abc import Sequence
 
 import dagster as dg
@@ -37,7 +38,8 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         backfill_policy=batches_backfill_policy,
         group_name=SUMMARY_GROUP,
         kinds={"pandas", "parquet"},
-        code_version=source_version("eval_pipeline.scoring.summaries", "eval_pipeline.report"),
+        code_version=source_version("eval_pipeline.scoring.summaries", "eval_pipeline.report",
+                                    "eval_pipeline.scoring.assessments"),
     )
     def trajectory_summaries(
         context: dg.AssetExecutionContext,
@@ -59,7 +61,7 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
             metadata={"allow_missing_partitions": True, "columns": REPORT_INPUT_COLUMNS})},
         group_name=SUMMARY_GROUP,
         kinds={"pandas", "parquet"},
-        code_version=source_version("eval_pipeline.report"),
+        code_version=source_version("eval_pipeline.report", "eval_pipeline.scoring.assessments"),
     )
     def evaluation_report(context: dg.AssetExecutionContext,
                           trajectory_summaries: dict[str, pd.DataFrame]
@@ -107,6 +109,12 @@ def summary_metadata(table: pd.DataFrame, names: list[str]) -> dict[str, object]
         **{column: dg.MetadataValue.float(round(float(react[column]), 4))
            if react is not None and pd.notna(react[column]) else dg.MetadataValue.null()
            for column in REACT_ACCURACY_COLUMNS},
+        "trajectory_assessment_mean": dg.MetadataValue.float(
+            round(float(react["trajectory_assessment_mean"]), 4))
+        if react is not None and pd.notna(react["trajectory_assessment_mean"])
+        else dg.MetadataValue.null(),
+        "category_assessment_means": dg.MetadataValue.json(
+            json.loads(react["category_assessment_means"]) if react is not None else {}),
         "routing_passed": int(table["routing_passed"].fillna(False).astype(bool).sum()),
         "routing_checked": int(table["routing_passed"].notna().sum()),
         "judges": dg.MetadataValue.json(names),
