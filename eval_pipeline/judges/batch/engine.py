@@ -11,8 +11,8 @@ requests of every trajectory make the next wave. So:
 - wave k holds clip k of every trajectory still going, plus, in the first wave, every ReAct
   request; a trajectory's category assessments go in the wave after its last clip, its
   trajectory assessment in the wave after those; and from the second wave on the repairs
-  of unreadable answers and the resubmissions of lines without a result (expired, cancelled, a provider fault), each at
-  most ``max_retries`` times;
+  of unreadable answers and the resubmissions of lines without a result (expired,
+  cancelled, a provider fault), each at most ``max_retries`` times;
 - ``batch_waves: N`` bounds the chain: a clip carries the summaries of the earlier clips of
   its stretch of N (clips 0..N-1, N..2N-1, ...), so N waves suffice; ``1`` is no chain;
 - once no request is needed and no batch is in flight, the same walk yields the final rows:
