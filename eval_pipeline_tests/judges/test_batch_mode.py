@@ -82,10 +82,11 @@ def test_whole_run_in_waves_same_table_as_live_at_half_the_price(fake, stores, t
     config = _config(server, evaluations=list(ALL_EVALUATIONS))
     state, calls = _until_done(config, tasks, ledger, cache, batches)
 
-    # Full chain: wave k holds clip k of every trajectory (ReAct requests in wave 1).
-    assert state.waves == batches.created == 4 and calls == 5
-    assert state.chain == "full (4 waves)"
-    assert [len(b.lines) for b in batches.batches.values()] == [3 + 3 * 3 + 3, 3, 3, 3]
+    # Full chain: wave k holds clip k of every trajectory (ReAct requests in wave 1), then
+    # a wave of category assessments (3 categories each) and one of trajectory assessments.
+    assert state.waves == batches.created == 6 and calls == 7
+    assert state.chain == "full (6 waves)"
+    assert [len(b.lines) for b in batches.batches.values()] == [3 + 3 * 3 + 3, 3, 3, 3, 9, 3]
     rows = state.rows
     assert all(r.status == "ok" and not r.cached and r.attempts == 1 for r in rows)
     # The same judgments, in the same order, as a live run of the same judge.
@@ -107,7 +108,7 @@ def test_whole_run_in_waves_same_table_as_live_at_half_the_price(fake, stores, t
     assert state.cost_usd == pytest.approx(sum(r.cost_usd for r in rows))
     # Every valid answer is in the cache: the second run sends no batch, all hits.
     again, calls = _until_done(config, tasks, ledger, cache, batches)
-    assert calls == 1 and batches.created == 4
+    assert calls == 1 and batches.created == 6
     assert all(r.cached and r.cost_usd == 0 for r in again.rows)
     assert [json.loads(r.scores) for r in again.rows] == [json.loads(r.scores) for r in rows]
 
@@ -251,6 +252,7 @@ def test_dry_run_shows_live_and_batch_cost_side_by_side():
     estimate = estimate_cost(make_tasks(2, 3), [config, claude])
     for judge in estimate.judges:
         assert judge.est_batch_cost_usd == pytest.approx(judge.est_cost_usd / 2)
-    assert estimate.judges[1].mode == "batch" and estimate.judges[1].waves == 3
+    # 3 clips in a chain, then a wave of category and one of trajectory assessments
+    assert estimate.judges[1].mode == "batch" and estimate.judges[1].waves == 3 + 2
     table = estimate.to_table()
     assert "batch cost" in table and "mode" in table
