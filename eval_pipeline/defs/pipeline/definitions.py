@@ -29,8 +29,9 @@ from eval_pipeline.defs.pipeline.assets.routing_suite import (
 )
 from eval_pipeline.defs.pipeline.assets.summaries import build_summary_assets
 from eval_pipeline.defs.pipeline.automation import (
+    automated,
     batch_job,
-    build_daily_schedule,
+    build_catch_up_sensor,
     new_drop_sensor,
     report_after_batch_sensor,
     report_job,
@@ -54,7 +55,7 @@ JUDGES_FILE_ENV = "EVAL_PIPELINE_JUDGES"
 
 
 def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
-    return [
+    return automated([
         ingest.raw_trajectories,
         ingest.preprocessed_trajectories,
         ingest.clips,
@@ -62,7 +63,7 @@ def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
         *described([build_judgments_asset(judges), build_averaged_scores_asset(judges),
                     *build_summary_assets(judges), build_agreement_assets(judges)]),
         routing_suite_results,
-    ]
+    ])
 
 
 def build_definitions(
@@ -83,11 +84,10 @@ def build_definitions(
     return dg.Definitions(
         assets=build_assets(judges) + phoenix_assets(judges, phoenix),
         jobs=[batch_job, report_job, routing_suite_job],
-        sensors=[new_drop_sensor, report_after_batch_sensor,
+        sensors=[new_drop_sensor, report_after_batch_sensor, build_catch_up_sensor(),
                  *([build_phoenix_sensor()] if phoenix else []),
                  *build_batch_results_sensors(judges)],
-        schedules=[build_daily_schedule(),
-                   build_routing_suite_schedule(model_under_test is not None)],
+        schedules=[build_routing_suite_schedule(model_under_test is not None)],
         resources={
             "io_manager": ParquetIOManager(base_path=assets_dir),
             "pipeline": pipeline or PipelineSettings(),
