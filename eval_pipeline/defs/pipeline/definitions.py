@@ -29,7 +29,6 @@ from eval_pipeline.defs.pipeline.assets.routing_suite import (
 )
 from eval_pipeline.defs.pipeline.assets.summaries import build_summary_assets
 from eval_pipeline.defs.pipeline.automation import (
-    automated,
     batch_job,
     build_catch_up_sensor,
     new_drop_sensor,
@@ -55,7 +54,7 @@ JUDGES_FILE_ENV = "EVAL_PIPELINE_JUDGES"
 
 
 def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
-    return automated([
+    return [
         ingest.raw_trajectories,
         ingest.preprocessed_trajectories,
         ingest.clips,
@@ -63,7 +62,7 @@ def build_assets(judges: Sequence[JudgeConfig]) -> list[dg.AssetsDefinition]:
         *described([build_judgments_asset(judges), build_averaged_scores_asset(judges),
                     *build_summary_assets(judges), build_agreement_assets(judges)]),
         routing_suite_results,
-    ])
+    ]
 
 
 def build_definitions(
