@@ -10,9 +10,6 @@ Only built-in conditions: the daemon evaluates them without the code server.
 
 from __future__ import annotations
 
-import operator
-from functools import reduce
-
 import dagster as dg
 
 REPORT_KEY = dg.AssetKey("evaluation_report")
@@ -24,8 +21,12 @@ CATCH_UP_SENSOR = "catch_up_sensor"
 _AC = dg.AutomationCondition
 
 
-def _either(*conditions: dg.AutomationCondition) -> dg.AutomationCondition:
-    return reduce(operator.or_, conditions)
+def _handled() -> dg.AutomationCondition:
+    """What ``since_last_handled()`` resets on (requested, updated, first evaluation),
+    spelled out: Dagster types that method for asset-or-check conditions only, and
+    ``code_version_changed`` is an asset condition."""
+    return (_AC.newly_requested() | _AC.newly_updated() | _AC.initial_evaluation()
+            ).with_label("handled")
 
 
 def _daily_tick() -> dg.AutomationCondition:
@@ -44,14 +45,14 @@ def _rerun_reasons(root: bool) -> dg.AutomationCondition:
             "never materialized (and its last run did not fail: a gone batch file is not "
             "retried daily)")
         if root else _AC.missing().with_label("never materialized"))
-    code = _AC.code_version_changed().since_last_handled().with_label(
+    code = _AC.code_version_changed().since(_handled()).with_label(
         "code version changed since its last run (a judge's settings, a rubric, a prompt "
         "template, the stage's code)")
     if root:
-        return _either(missing, code).with_label("rerun reasons")
+        return (missing | code).with_label("rerun reasons")
     upstream = _AC.any_deps_updated().since_last_handled().with_label(
         "an upstream stage of the batch updated since its last run, or runs with it now")
-    return _either(missing, code, upstream).with_label("rerun reasons")
+    return (missing | code | upstream).with_label("rerun reasons")
 
 
 def daily_catch_up(root: bool) -> dg.AutomationCondition:
@@ -79,9 +80,9 @@ def report_condition() -> dg.AutomationCondition:
     or a batch's summaries changed since it last ran (also when they run in this catch-up:
     it follows them). Not held back by missing batches: the report reads those it finds."""
     return (_daily_tick()
-            & _either(_AC.missing().with_label("never materialized"),
-                      _AC.any_deps_updated().since_last_handled().with_label(
-                          "a batch's summaries updated since its last run, or run now"))
+            & (_AC.missing().with_label("never materialized")
+               | _AC.any_deps_updated().since_last_handled().with_label(
+                   "a batch's summaries updated since its last run, or run now"))
             & ~_AC.in_progress()).with_label("daily catch-up")
 
 
