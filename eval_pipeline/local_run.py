@@ -591,18 +591,22 @@ def run_routing_suites(suites: Sequence[Path], model: JudgeConfig, mode: str = "
     from eval_pipeline.judges.config import DEFAULT_JUDGES
 
     check_judge_keys([model])
-    where = resolve_store(store)
+    where = _store(store)
     record_store(ensure_dagster_home(), where)
     settings = RoutingSuiteSettings(suites=[str(Path(p).resolve()) for p in suites],
                                     routing_mode=mode, argument_mode=argument_mode)
-    defs = build_definitions(DEFAULT_JUDGES, assets_dir=str(where.assets),
+    defs = build_definitions(DEFAULT_JUDGES, assets_dir=where.assets,
                              model_under_test=model, routing_suites=settings)
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     with dg.DagsterInstance.get() as instance:
         error = _execute(defs.resolve_job_def("routing_suite_job"), instance, run_config)
     if error:
         raise PipelineInputError(f"routing suites failed: {error}")
-    return pd.read_parquet(where.assets / "routing_suite_results.parquet")
+    from upath import UPath
+
+    from eval_pipeline.defs.pipeline.io_manager import read_parquet
+
+    return read_parquet(UPath(where.assets) / "routing_suite_results.parquet")
 
 
 # -- batch-mode judges (#18): wait for the provider's batches, or leave them ---------------
