@@ -548,6 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if per_batch:
         print(f"per batch: {len(per_batch)} files <batch>_eva.jsonl in {args.output}/")
     print(f"store (batches, asset Parquet): {result.store.root}")
+    if result.store.assets_url:  # $EVAL_PIPELINE_ASSETS
+        print(f"asset Parquet under: {result.store.assets_url}")
     print(f"Dagster instance: {os.environ['DAGSTER_HOME']} (open it from the project folder "
           f"with: DAGSTER_HOME={os.environ['DAGSTER_HOME']} dg dev)")
     for line in failures.values():

@@ -37,7 +37,13 @@ from eval_pipeline.splitting import (
     split_drop,
     unique_bases,
 )
-from eval_pipeline.store import Store, project_root, record_store, resolve_store
+from eval_pipeline.store import (
+    Store,
+    StoreLocationError,
+    project_root,
+    record_store,
+    resolve_store,
+)
 
 DAGSTER_HOME_DIRNAME = ".dagster_home"
 _SKIP_DIRS = {"batches", "assets", "output", DAGSTER_HOME_DIRNAME, "__pycache__"}
@@ -126,7 +132,27 @@ def split_inputs(inputs: Sequence[Path], batches_dir: Path, split_size: int,
     return manifests, sorted(before - {m.partition_key for m in manifests})
 
 
-def export_tables(assets_dir: Path, output: Path, partitions: Sequence[str],
+def store_tables(assets_dir: str, partitions: Sequence[str],
+                 assets: Sequence[Sequence[str]]) -> dict[str, pd.DataFrame]:
+    """Per asset (key path), its ``partitions`` concatenated, read from the store: a local
+    folder or any fsspec URL, through UPath (as the IO manager wrote them)."""
+    from upath import UPath
+
+    from eval_pipeline.defs.pipeline.io_manager import read_parquet
+
+    base = UPath(assets_dir)
+    tables: dict[str, pd.DataFrame] = {}
+    for path in assets:
+        files = [base.joinpath(*path, f"{key}.parquet") for key in partitions]
+        frames = [read_parquet(f) for f in files if f.exists()]
+        if frames:
+            nonempty = [f for f in frames if len(f)]
+            tables["__".join(path)] = (pd.concat(nonempty, ignore_index=True) if nonempty
+                                       else frames[0])
+    return tables
+
+
+def export_tables(assets_dir: str, output: Path, partitions: Sequence[str],
                   assets: Sequence[Sequence[str]]) -> dict[str, pd.DataFrame]:
     """One Parquet per asset of this run in ``output``, its batches concatenated.
 
@@ -134,14 +160,7 @@ def export_tables(assets_dir: Path, output: Path, partitions: Sequence[str],
     the ``assets`` (key paths in the current graph: no judge removed since) are exported, and
     the report is rebuilt over those batches, as the instance's report covers them all.
     """
-    tables: dict[str, pd.DataFrame] = {}
-    for path in assets:
-        files = [assets_dir.joinpath(*path, f"{key}.parquet") for key in partitions]
-        frames = [pd.read_parquet(f) for f in files if f.exists()]
-        if frames:
-            nonempty = [f for f in frames if len(f)]
-            tables["__".join(path)] = (pd.concat(nonempty, ignore_index=True) if nonempty
-                                       else frames[0])
+    tables = store_tables(assets_dir, partitions, assets)
     summaries = tables.get("trajectory_summaries")
     if summaries is not None:
         tables["evaluation_report"] = build_report(
@@ -277,7 +296,7 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     are submitted, with ``pending`` saying so).
     """
     check_judge_keys(judges)
-    where = resolve_store(store)
+    where = _store(store)
     try:
         with exclusive_store(where.root):  # a second CLI run on the store is refused at once
             return _run_in_store(where, input_path, output, judges, split_size,
@@ -309,7 +328,7 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
         pipeline={"batches_dir": str(where.batches), "incoming_dir": str(where.incoming),
                   "split_size": split_size, **read.model_dump(), **preprocess.model_dump(),
                   **routing},
-        assets_dir=str(where.assets),
+        assets_dir=where.assets,
         log_level=log_level,
     )
     keys = [m.partition_key for m in manifests]
@@ -348,6 +367,13 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
                     output / "evaluated.jsonl")
     write_exports(tables, output)
     return PipelineResult(tables, keys, where)
+
+
+def _store(store: Path | None) -> Store:
+    try:
+        return resolve_store(store)
+    except StoreLocationError as exc:
+        raise PipelineInputError(str(exc)) from None
 
 
 def forget_batches(keys: Sequence[str]) -> list[str]:
@@ -474,7 +500,7 @@ def run_preprocess_only(input_path: Path, output: Path, split_size: int = 10,
     Parquet per ingest asset. The batches stay in the store, so a later full run on the
     same input re-materializes only what comes after preprocessing.
     """
-    where = resolve_store(store)
+    where = _store(store)
     preprocess, read = preprocess or PreprocessConfig(), read or ReadOptions()
     one_file = output.suffix.lower() == ".jsonl"
     try:
@@ -510,7 +536,7 @@ def _preprocess_in_store(where: Store, input_path: Path, output: Path, one_file:
         judges=tuple(DEFAULT_JUDGES),  # not materialized: the selection stops at preprocessing
         pipeline={"batches_dir": str(where.batches), "incoming_dir": str(where.incoming),
                   "split_size": split_size, **read.model_dump(), **preprocess.model_dump()},
-        assets_dir=str(where.assets), log_level=log_level)
+        assets_dir=where.assets, log_level=log_level)
     keys = [m.partition_key for m in manifests]
     forget_batches(dropped)
     job = spec.definitions().resolve_job_def("evaluate_batch")
@@ -531,14 +557,7 @@ def _preprocess_in_store(where: Store, input_path: Path, output: Path, one_file:
                 raise PipelineInputError(f"preprocessing {batches[0]}...{batches[-1]} "
                                          f"failed: {_first_failure(result)}")
             shown.batches(done=len(batches))
-    tables: dict[str, pd.DataFrame] = {}
-    for path in INGEST_ASSETS:
-        files = [where.assets.joinpath(*path, f"{key}.parquet") for key in keys]
-        frames = [pd.read_parquet(f) for f in files if f.exists()]
-        nonempty = [f for f in frames if len(f)]
-        if frames:
-            tables["__".join(path)] = (pd.concat(nonempty, ignore_index=True) if nonempty
-                                       else frames[0])
+    tables = store_tables(where.assets, keys, INGEST_ASSETS)
     kept = tables.get("preprocessed_trajectories", pd.DataFrame())
     written: list[Path] = []
     if one_file:
@@ -572,18 +591,22 @@ def run_routing_suites(suites: Sequence[Path], model: JudgeConfig, mode: str = "
     from eval_pipeline.judges.config import DEFAULT_JUDGES
 
     check_judge_keys([model])
-    where = resolve_store(store)
+    where = _store(store)
     record_store(ensure_dagster_home(), where)
     settings = RoutingSuiteSettings(suites=[str(Path(p).resolve()) for p in suites],
                                     routing_mode=mode, argument_mode=argument_mode)
-    defs = build_definitions(DEFAULT_JUDGES, assets_dir=str(where.assets),
+    defs = build_definitions(DEFAULT_JUDGES, assets_dir=where.assets,
                              model_under_test=model, routing_suites=settings)
     run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     with dg.DagsterInstance.get() as instance:
         error = _execute(defs.resolve_job_def("routing_suite_job"), instance, run_config)
     if error:
         raise PipelineInputError(f"routing suites failed: {error}")
-    return pd.read_parquet(where.assets / "routing_suite_results.parquet")
+    from upath import UPath
+
+    from eval_pipeline.defs.pipeline.io_manager import read_parquet
+
+    return read_parquet(UPath(where.assets) / "routing_suite_results.parquet")
 
 
 # -- batch-mode judges (#18): wait for the provider's batches, or leave them ---------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -32,14 +31,3 @@ def build_definitions_for(root: Path, judges: list[JudgeConfig] | None = None,
                                   batches_dir=str(root / "batches"), **settings),
         assets_dir=str(root / "assets"),
     )
-
-
-def daily_tick(definitions: dg.Definitions, instance: dg.DagsterInstance,
-               day: datetime = datetime(2026, 11, 22, 3, tzinfo=UTC)):
-    """One evaluation of daily_rerun_schedule, as the daemon would run it on ``day``."""
-    schedule = definitions.resolve_schedule_def("daily_rerun_schedule")
-    with dg.build_schedule_context(
-        instance=instance, scheduled_execution_time=day,
-        resources={"pipeline": definitions.resources["pipeline"]},
-        repository_def=definitions.get_repository_def()) as context:
-        return schedule.evaluate_tick(context)

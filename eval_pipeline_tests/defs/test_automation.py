@@ -1,7 +1,9 @@
-"""Sensor and schedule evaluated directly against a real (temporary) instance."""
+"""Sensors and automation conditions evaluated directly against a real (temporary) instance."""
 
 import json
 import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -13,9 +15,7 @@ from eval_pipeline.defs.pipeline.partitions import (
     RANGE_START_TAG,
     batch_ranges,
 )
-from eval_pipeline.defs.pipeline.settings import PipelineSettings
-from eval_pipeline.judges.config import JudgeConfig
-from eval_pipeline_tests.dagster_helpers import PER_BATCH, build_definitions_for, daily_tick
+from eval_pipeline_tests.dagster_helpers import PER_BATCH, build_definitions_for
 
 
 def _sensor(defs, instance, cursor=None):
@@ -31,10 +31,6 @@ def _batches(request: dg.RunRequest, ordered: list[str]) -> list[str]:
         return [request.partition_key]
     start, end = request.tags[RANGE_START_TAG], request.tags[RANGE_END_TAG]
     return ordered[ordered.index(start):ordered.index(end) + 1]
-
-
-def _by_batch(requests, ordered: list[str]) -> dict[str, dict[str, str]]:
-    return {b: dict(r.tags) for r in requests for b in _batches(r, ordered)}
 
 
 def test_sensor_splits_new_drops_registers_partitions_and_requests_runs(
@@ -68,50 +64,98 @@ def test_sensor_splits_new_drops_registers_partitions_and_requests_runs(
     assert json.loads(changed.cursor)["demo02.jsonl"]["keys"] == keys[:3]
 
 
+def _requested(result: dg.EvaluateAutomationConditionsResult, defs: dg.Definitions
+               ) -> dict[str, set[str | None]]:
+    """What one evaluation requested: asset (user string) -> partitions."""
+    keys = defs.resolve_asset_graph().get_all_asset_keys()
+    return {k.to_user_string(): set(result.get_requested_partitions(k)) for k in keys
+            if result.get_num_requested(k)}
+
+
+JUDGED = {"judgments/heuristic", "averaged_scores", "trajectory_summaries", "judge_agreement",
+          "judge_disagreements"}
+"""What a changed rubric reaches: the judge and everything after it."""
+PER_BATCH_ASSETS = JUDGED | {"raw_trajectories", "quarantine", "preprocessed_trajectories",
+                             "preprocess_report", "clips", "routing_checks"}
+
+
 @pytest.mark.slow
-def test_daily_schedule_requests_missing_then_changed_judges_only(
-        project_root, tmp_path, instance):
-    incoming = tmp_path / "incoming"
-    incoming.mkdir()
-    shutil.copy(project_root / "data" / "incoming" / "sample_agent_runs.jsonl", incoming)
-    defs = build_definitions_for(tmp_path)
-    sensed = _sensor(defs, instance)
-    (add,) = sensed.dynamic_partitions_requests
-    instance.add_dynamic_partitions(BATCHES_PARTITION, list(add.partition_keys))
-    keys = instance.get_dynamic_partitions(BATCHES_PARTITION)
+def test_declarative_catch_up_requests_missing_then_follows_upstream_then_a_changed_rubric(
+        project_root, tmp_path, instance, monkeypatch):
+    """The automation conditions, evaluated against a real instance as the catch-up
+    sensor evaluates them: missing batches at the daily tick, nothing when nothing changed,
+    the stages after one re-materialized by hand at once, a rubric edit at the next tick."""
+    from eval_pipeline import rubrics
+    from eval_pipeline_tests.dagster_helpers import stage_drop
 
-    def tick(d):
-        return daily_tick(d, instance)
+    keys, defs = stage_drop(project_root / "data" / "incoming" / "sample_agent_runs.jsonl",
+                            tmp_path, instance)
+    assert len(keys) == 3
+    day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(1)
+    cursor = None
 
-    first = tick(defs)
-    assert len(first.run_requests) == 1  # every missing batch in one run
-    assert _batches(first.run_requests[0], keys) == keys
-    assert first.run_requests[0].tags["eval_pipeline/rerun_reason"] == "missing"
+    def tick(at: datetime, definitions: dg.Definitions = defs) -> dict[str, set[str | None]]:
+        nonlocal cursor
+        result = dg.evaluate_automation_conditions(defs=definitions, instance=instance,
+                                                   evaluation_time=at, cursor=cursor)
+        cursor = result.cursor
+        return _requested(result, definitions)
 
-    done = keys[0]
-    assert dg.materialize(list(defs.assets), selection=PER_BATCH, partition_key=done,
-                          instance=instance, resources=dict(defs.resources)).success
-    second = tick(defs)
-    assert set(_by_batch(second.run_requests, keys)) == set(keys) - {done}
+    def run(selection: dg.AssetSelection, partition: str | None) -> None:
+        assert dg.materialize(list(defs.assets), selection=selection, partition_key=partition,
+                              instance=instance, resources=dict(defs.resources)).success
 
-    # A new model for the judge makes the scored batch stale, for that reason.
-    changed = build_definitions_for(tmp_path, [JudgeConfig(name="heuristic",
-                                                           model="heuristic-v2")])
-    third = tick(changed)
-    reasons = _by_batch(third.run_requests, keys)
-    assert reasons[done]["eval_pipeline/rerun_reason"] == "judge heuristic changed"
-    assert all(reasons[k]["eval_pipeline/rerun_reason"] == "missing" for k in keys[1:])
+    run(PER_BATCH, keys[0])
+    assert tick(day.replace(hour=2)) == {}  # before the daily tick: nothing
+    # 03:00 passed: every stage of the two missing batches, and the report (never made).
+    first = tick(day.replace(hour=3, minute=1))
+    assert first == {**{a: set(keys[1:]) for a in PER_BATCH_ASSETS},
+                     "evaluation_report": {None}}
+    for key in keys[1:]:
+        run(PER_BATCH, key)
+    run(dg.AssetSelection.assets("evaluation_report"), None)
+    assert tick(day.replace(hour=3, minute=30)) == {}
+    assert tick(day + timedelta(days=1, hours=3, minutes=1)) == {}  # nothing changed
 
-    # New data in the batch file makes it stale too.
-    settings: PipelineSettings = defs.resources["pipeline"]
-    batch = next((settings.batches_path).glob(f"*/{done}.jsonl"))
-    manifest = batch.with_name(batch.name + ".manifest.json")
-    data = json.loads(manifest.read_text())
-    data["fingerprint"] = "changed"
-    manifest.write_text(json.dumps(data))
-    fourth = tick(defs)
-    reasons = _by_batch(fourth.run_requests, keys)
-    assert reasons[done]["eval_pipeline/rerun_reason"] == "new data"
+    # A judge re-materialized by hand: the stages after it follow at once (eager).
+    run(dg.AssetSelection.assets(["judgments", "heuristic"]), keys[0])
+    assert tick(day + timedelta(days=1, hours=10)) == {
+        a: {keys[0]} for a in JUDGED - {"judgments/heuristic"}}
+    run(dg.AssetSelection.assets(*[dg.AssetKey.from_user_string(a)
+                                   for a in JUDGED - {"judgments/heuristic"}]), keys[0])
+    assert tick(day + timedelta(days=1, hours=10, minutes=1)) == {}
+
+    # A metric added to a rubric: the judge's code version changes; at the next daily tick
+    # the judge and everything after it are requested for every batch, nothing before it.
+    table = rubrics.rubrics()
+    edited = {**table, "microsandbox": table["microsandbox"].model_copy(update={
+        "metrics": {**table["microsandbox"].metrics, "tests_pass": "The code's tests pass"}})}
+    monkeypatch.setattr(rubrics, "rubrics", lambda: edited)
+    changed = build_definitions_for(tmp_path)
+    judge = dg.AssetKey(["judgments", "heuristic"])
+    assert (changed.resolve_asset_graph().get(judge).code_version
+            != defs.resolve_asset_graph().get(judge).code_version)
+    assert tick(day + timedelta(days=1, hours=12), changed) == {}  # seen, not yet due
+    assert tick(day + timedelta(days=2, hours=3, minutes=1), changed) == {
+        **{a: set(keys) for a in JUDGED}, "evaluation_report": {None}}
+
+
+def test_every_asset_has_a_labelled_condition_and_the_catch_up_sensor_is_switchable():
+    defs = build_definitions_for(Path("unused"))
+    graph = defs.resolve_asset_graph()
+    conditions = {k.to_user_string(): graph.get(k).automation_condition
+                  for k in graph.get_all_asset_keys()}
+    # The routing suites run on their own schedule (they call a paid model under test).
+    assert conditions.pop("routing_suite_results") is None
+    labels = {name: c.get_label() for name, c in conditions.items() if c is not None}
+    assert labels == {**dict.fromkeys(PER_BATCH_ASSETS - {"raw_trajectories", "quarantine"},
+                                      "eager, or daily catch-up"),
+                      "raw_trajectories": "daily catch-up", "quarantine": "daily catch-up",
+                      "evaluation_report": "daily catch-up"}
+    sensor = defs.resolve_sensor_def("catch_up_sensor")
+    assert isinstance(sensor, dg.AutomationConditionSensorDefinition)
+    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
+    assert [s.name for s in defs.schedules] == ["routing_suite_schedule"]  # no daily rerun
 
 
 @pytest.mark.slow

@@ -25,9 +25,9 @@ def test_code_location_loads_with_every_stage():
     keys = {k.to_user_string() for k in loaded.resolve_asset_graph().get_all_asset_keys()}
     assert keys == EXPECTED
     assert loaded.resolve_job_def("evaluate_batch") is not None
-    assert {s.name for s in loaded.sensors} == {"new_drop_sensor", "report_after_batch_sensor"}
-    assert [s.name for s in loaded.schedules] == ["daily_rerun_schedule",
-                                                  "routing_suite_schedule"]
+    assert {s.name for s in loaded.sensors} == {"new_drop_sensor", "report_after_batch_sensor",
+                                                "catch_up_sensor"}
+    assert [s.name for s in loaded.schedules] == ["routing_suite_schedule"]
 
 
 def test_one_judgments_asset_per_judge_feeding_the_average():

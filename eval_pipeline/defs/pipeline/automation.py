@@ -1,12 +1,12 @@
-"""Jobs, the new-drop sensor, the daily catch-up schedule and the report trigger."""
+"""Jobs, the new-drop sensor, the declarative daily catch-up and the report trigger."""
 
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import dagster as dg
 
+from eval_pipeline.defs.pipeline.conditions import CATCH_UP_SENSOR, REPORT_KEY
 from eval_pipeline.defs.pipeline.partitions import (
     BATCHES_PARTITION,
     batch_ranges,
@@ -22,9 +22,7 @@ from eval_pipeline.splitting import (
     list_drops,
     split_drop,
 )
-from eval_pipeline.staleness import BATCH_FILE_GONE, BatchState, why_stale
 
-REPORT_KEY = dg.AssetKey("evaluation_report")
 SUMMARIES_KEY = dg.AssetKey("trajectory_summaries")
 ROUTING_SUITE_KEY = dg.AssetKey("routing_suite_results")  # its own job and schedule
 
@@ -115,66 +113,25 @@ def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str):
     return records[0].asset_materialization if records else None
 
 
-def batch_state(instance: dg.DagsterInstance, pipeline: PipelineSettings, partition: str,
-                assets: Sequence[dg.AssetKey]) -> BatchState:
-    raw = _latest(instance, dg.AssetKey("raw_trajectories"), partition)
-    ingested = raw.metadata.get("batch_fingerprint") if raw else None
-    try:
-        current = find_batch(pipeline.batches_path, partition)[1].fingerprint
-    except MissingBatchError:
-        current = None
-    versions: dict[str, str | None] = {}
-    for key in assets:
-        mat = _latest(instance, key, partition)
-        versions[key.to_user_string()] = ((mat.tags or {}).get("dagster/code_version")
-                                          if mat else None)
-    return BatchState(
-        summarized=_latest(instance, dg.AssetKey("trajectory_summaries"), partition) is not None,
-        ingested_fingerprint=getattr(ingested, "value", None),
-        current_fingerprint=current,
-        code_versions=versions,
+def build_catch_up_sensor() -> dg.AutomationConditionSensorDefinition:
+    """Evaluates the conditions above every 30 s. Ships stopped, as the daily schedule it
+    replaces did: with LLM judges a catch-up after a rubric change costs a rescoring of
+    every batch, which a user turns on deliberately (Automation tab)."""
+    return dg.AutomationConditionSensorDefinition(
+        CATCH_UP_SENSOR,
+        target=dg.AssetSelection.all(),
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        minimum_interval_seconds=30,
+        run_tags={"eval_pipeline/source": "catch_up"},
+        description=(
+            "Declarative automation for the pipeline's assets. At 03:00 UTC it requests "
+            "every batch whose stages are missing, whose code version changed (a judge's "
+            "model or settings, a rubric, a prompt template) or whose upstream changed since "
+            "their last run, then evaluation_report; between ticks, the stages after one "
+            "re-materialized by hand follow at once (eager). Each asset's Automation tab "
+            "says which part of its condition was true for which batch. New drops are "
+            "new_drop_sensor's."),
     )
-
-
-def expected_code_versions(graph) -> dict[dg.AssetKey, str]:
-    """Current code version of every per-batch asset in the loaded definitions."""
-    return {key: graph.get(key).code_version for key in graph.get_all_asset_keys()
-            if graph.get(key).partitions_def == batches_partitions_def
-            and graph.get(key).code_version}
-
-
-def build_daily_schedule() -> dg.ScheduleDefinition:
-    """A fresh schedule per Definitions: a schedule object keeps state from its evaluations."""
-
-    @dg.schedule(job=batch_job, cron_schedule="0 3 * * *", execution_timezone="UTC",
-                 default_status=dg.DefaultScheduleStatus.STOPPED)
-    def daily_rerun_schedule(context: dg.ScheduleEvaluationContext, pipeline: PipelineSettings):
-        """Every day, rerun batches that are missing, have new data, or changed code or judges:
-        one run per reason and stretch of consecutive batches."""
-        expected = expected_code_versions(context.repository_def.asset_graph)
-        by_name = {k.to_user_string(): v for k, v in expected.items()}
-        ordered = context.instance.get_dynamic_partitions(BATCHES_PARTITION)
-        by_reason: dict[str, list[str]] = {}
-        for key in ordered:
-            reason = why_stale(batch_state(context.instance, pipeline, key, list(expected)),
-                               by_name)
-            if reason:
-                by_reason.setdefault(reason, []).append(key)
-        gone = by_reason.pop(BATCH_FILE_GONE, [])
-        if gone:
-            context.log.warning(
-                f"skipped {len(gone)} batch(es) whose batch file is gone under "
-                f"{pipeline.batches_path}: {', '.join(gone)}; remove them with "
-                f"`eval-pipeline forget {' '.join(gone)}`")
-        day = f"{context.scheduled_execution_time:%Y%m%d}"
-        requests = [batch_run_request(batches, f"{batches[0]}...{batches[-1]}:{day}",
-                                      {"eval_pipeline/rerun_reason": reason})
-                    for reason, keys in by_reason.items()
-                    for batches in batch_ranges(keys, ordered)]
-        skipped = f"; skipped {len(gone)} batch(es) whose batch file is gone" if gone else ""
-        return requests or dg.SkipReason(f"every batch is up to date{skipped}")
-
-    return daily_rerun_schedule
 
 
 @dg.run_status_sensor(run_status=dg.DagsterRunStatus.SUCCESS, monitored_jobs=[batch_job],

@@ -30,12 +30,13 @@ from eval_pipeline.defs.pipeline.assets.routing_suite import (
 from eval_pipeline.defs.pipeline.assets.summaries import build_summary_assets
 from eval_pipeline.defs.pipeline.automation import (
     batch_job,
-    build_daily_schedule,
+    build_catch_up_sensor,
     new_drop_sensor,
     report_after_batch_sensor,
     report_job,
 )
 from eval_pipeline.defs.pipeline.batch_sensor import build_batch_results_sensors
+from eval_pipeline.defs.pipeline.executor import executor_from_env
 from eval_pipeline.defs.pipeline.io_manager import ParquetIOManager
 from eval_pipeline.defs.pipeline.partitions import described
 from eval_pipeline.defs.pipeline.phoenix import (
@@ -74,20 +75,23 @@ def build_definitions(
     model_under_test: JudgeConfig | None = None,
     routing_suites: RoutingSuiteSettings | None = None,
     phoenix: PhoenixResource | None = None,
+    executor: dg.ExecutorDefinition | None = None,
 ) -> dg.Definitions:
     """``check_judges``: each LLM judge resource checks its endpoint when set up (see
     ``LLMJudgeResource.check_endpoint``). ``model_under_test``: the judges-file entry the
     routing eval suites run through (none: ``routing_suite_results`` fails saying so).
     ``phoenix``: a Phoenix server to read traces from (``phoenix_sensor``) and write the
-    evaluations back to (``phoenix_annotations``)."""
+    evaluations back to (``phoenix_annotations``). ``executor``: how launched runs execute
+    their steps (see :mod:`eval_pipeline.defs.pipeline.executor`); in-process runs ignore
+    it."""
     return dg.Definitions(
+        executor=executor,
         assets=build_assets(judges) + phoenix_assets(judges, phoenix),
         jobs=[batch_job, report_job, routing_suite_job],
-        sensors=[new_drop_sensor, report_after_batch_sensor,
+        sensors=[new_drop_sensor, report_after_batch_sensor, build_catch_up_sensor(),
                  *([build_phoenix_sensor()] if phoenix else []),
                  *build_batch_results_sensors(judges)],
-        schedules=[build_daily_schedule(),
-                   build_routing_suite_schedule(model_under_test is not None)],
+        schedules=[build_routing_suite_schedule(model_under_test is not None)],
         resources={
             "io_manager": ParquetIOManager(base_path=assets_dir),
             "pipeline": pipeline or PipelineSettings(),
@@ -110,12 +114,14 @@ def location_definitions() -> dg.Definitions:
     in the instance's store (see :mod:`eval_pipeline.store`), as the CLI's; a Phoenix source
     and sink when ``EVAL_PIPELINE_PHOENIX_URL`` is set. Each LLM judge
     checks its endpoint when its step starts, so a run from the UI with a wrong base_url or
-    key fails there in one line."""
+    key fails there in one line. Steps run with the executor $EVAL_PIPELINE_EXECUTOR
+    names: multiprocess by default."""
     suites = suites_from_env()
     return build_definitions(load_judges(os.environ.get(JUDGES_FILE_ENV) or None),
                              check_judges=True, model_under_test=model_under_test_from_env(),
                              routing_suites=RoutingSuiteSettings(suites=suites) if suites
-                             else None, phoenix=phoenix_resource_from_env())
+                             else None, phoenix=phoenix_resource_from_env(),
+                             executor=executor_from_env())
 
 
 @dg.definitions

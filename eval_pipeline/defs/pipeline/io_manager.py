@@ -13,7 +13,7 @@ multiple partitions").
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -50,13 +50,7 @@ class ParquetUPathIOManager(dg.UPathIOManager):
     def load_from_path(self, context: dg.InputContext, path: UPath) -> pd.DataFrame:
         """Only the columns the input's ``columns`` metadata names, if it names any (those
         present in the file: a column an older table lacks is left out, as before)."""
-        wanted = (context.definition_metadata or {}).get("columns")
-        with path.open("rb") as fh:
-            if not wanted:
-                return pd.read_parquet(fh)
-            present = set(pq.read_schema(fh).names)
-            fh.seek(0)
-            return pd.read_parquet(fh, columns=[c for c in wanted if c in present])
+        return read_parquet(path, (context.definition_metadata or {}).get("columns"))
 
     def get_metadata(self, context: dg.OutputContext, obj: pd.DataFrame
                      ) -> dict[str, Any]:
@@ -101,6 +95,18 @@ class ParquetUPathIOManager(dg.UPathIOManager):
         return dict(loaded)
 
 
+def read_parquet(path: UPath, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """A table of the store, local or under any fsspec URL: opened through fsspec and read
+    from the handle (pandas and pyarrow given a ``memory://`` or ``s3://`` path object
+    cannot open it themselves). ``columns``: only those present in the file."""
+    with path.open("rb") as fh:
+        if not columns:
+            return pd.read_parquet(fh)
+        present = set(pq.read_schema(fh).names)
+        fh.seek(0)
+        return pd.read_parquet(fh, columns=[c for c in columns if c in present])
+
+
 def by_partition(obj: pd.DataFrame | Mapping[str, pd.DataFrame], keys: list[str],
                  asset: str) -> Frames:
     """The per-batch tables of an output; a bare DataFrame is accepted for a single batch."""
@@ -120,8 +126,9 @@ class ParquetIOManager(dg.ConfigurableIOManagerFactory):
     """Parquet files at ``<base_path>/<asset key path>/<partition>.parquet``."""
 
     base_path: str | None = None
-    """Default: the store's assets/ folder (see :mod:`eval_pipeline.store`)."""
+    """A folder or any fsspec URL (``s3://bucket/prefix``, ``file:///...``, ``memory://``).
+    Default: the store's assets location (see :mod:`eval_pipeline.store`)."""
 
     def create_io_manager(self, context: dg.InitResourceContext) -> ParquetUPathIOManager:
-        base = self.base_path or str(resolve_store().assets)
+        base = self.base_path or resolve_store().assets
         return ParquetUPathIOManager(base_path=UPath(os.path.expanduser(base)))

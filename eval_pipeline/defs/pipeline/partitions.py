@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import dagster as dg
 
+from eval_pipeline.defs.pipeline.conditions import with_automation
+
 BATCHES_PARTITION = "batches"
 
 batches_partitions_def = dg.DynamicPartitionsDefinition(name=BATCHES_PARTITION)
@@ -72,7 +74,9 @@ def with_partitions_note(spec: dg.AssetSpec) -> dg.AssetSpec:
 
 
 def described(assets: Sequence[dg.AssetsDefinition]) -> list[dg.AssetsDefinition]:
-    """``assets`` with the partitions note. Module-level assets must be replaced by their
-    described copy where they are defined: dg's loader collects module attributes too, and
-    the original beside its copy is a duplicate key."""
-    return list(dg.map_asset_specs(with_partitions_note, assets))
+    """``assets`` with the partitions note and their automation condition (see
+    :mod:`eval_pipeline.defs.pipeline.conditions`). Module-level assets must be replaced by
+    their described copy where they are defined: dg's loader collects module attributes
+    too, and the original beside its copy is a duplicate key."""
+    return list(dg.map_asset_specs(
+        lambda spec: with_automation(with_partitions_note(spec)), assets))
