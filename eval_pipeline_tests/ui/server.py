@@ -24,9 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval_pipeline.defs.pipeline.definitions import JUDGES_FILE_ENV
-from eval_pipeline.store import STORE_ENV
-
 CHROMIUM_ENV = "EVAL_PIPELINE_CHROMIUM"
 """Path of a Chromium binary, if not where Debian's ``chromium`` package puts it."""
 CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium", "/usr/bin/chromium",
@@ -144,6 +141,9 @@ def dagster_dev(project: Path, home: Path, store: Path, log: Path,
                 startup_timeout: float = 240) -> Iterator[DagsterDev]:
     """``dagster dev -w workspace.yaml`` in ``project`` (its package first on the path),
     instance in ``home``, files in ``store``; stopped by its process group id."""
+    from eval_pipeline.defs.pipeline.definitions import JUDGES_FILE_ENV
+    from eval_pipeline.store import STORE_ENV
+
     home.mkdir(parents=True, exist_ok=True)
     shutil.copy2(project / "eval_pipeline" / "dagster.yaml", home / "dagster.yaml")
     port = free_port()

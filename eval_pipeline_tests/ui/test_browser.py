@@ -124,15 +124,22 @@ def page() -> Iterator:
             browser.close()
 
 
+def appears(locator, timeout_ms: float) -> bool:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        locator.wait_for(state="visible", timeout=timeout_ms)
+    except PlaywrightTimeout:
+        return False
+    return True
+
+
 def open_page(page, server: DagsterDev, path: str) -> None:
     page.goto(server.url + path, wait_until="domcontentloaded")
     # Dagster's first-visit "join the community" dialog covers the page once per instance.
     skip = page.get_by_role("button", name="Skip", exact=True)
-    try:
-        skip.wait_for(state="visible", timeout=3000)
+    if appears(skip, 3000):
         skip.click()
-    except Exception:  # noqa: BLE001 - Playwright's TimeoutError: no dialog, fine
-        pass
 
 
 def shoot(page, shots: Path, name: str, **kwargs) -> None:
@@ -302,13 +309,9 @@ def test_the_three_uses_in_a_browser(tmp_path: Path, project_root: Path, shots: 
         assert len(lines) == DROP_RECORDS
         (store / "incoming" / f"{DROP}.jsonl").write_text("".join(lines), "utf-8")
 
-        def partition_listed() -> bool:
+        def partition_listed() -> bool:  # the sensor ticks every 30 s
             open_page(page, server, "/assets/raw_trajectories?view=partitions")
-            try:
-                page.get_by_text(PARTITION, exact=True).first.wait_for(timeout=5000)
-                return True
-            except Exception:  # noqa: BLE001 - not there yet: the sensor ticks every 30 s
-                return False
+            return appears(page.get_by_text(PARTITION, exact=True).first, 5000)
 
         wait_for(f"partition {PARTITION} on raw_trajectories' Partitions tab",
                  partition_listed, 180, every=3, server=server)
@@ -372,7 +375,8 @@ def test_the_three_uses_in_a_browser(tmp_path: Path, project_root: Path, shots: 
         assert f"template_version: {old_template} -> {new_template}" in (
             shown["changed_upstream"]), shown["changed_upstream"]
         assert shown["changed_upstream_count"] == "1", shown["changed_upstream_count"]
-        page.locator("td", has_text=re.compile("^changed_upstream$")).first.scroll_into_view_if_needed()
+        key_cell = page.locator("td", has_text=re.compile("^changed_upstream$")).first
+        key_cell.scroll_into_view_if_needed()
         shoot(page, shots, "14_score_change_metadata")
 
         rows = shown["dagster/row_count"]
