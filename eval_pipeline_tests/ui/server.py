@@ -65,13 +65,16 @@ def free_port() -> int:
 
 
 def copy_project(source: Path, target: Path) -> Path:
-    """The package, pyproject.toml and workspace.yaml: what ``dagster dev -w`` loads. Not
-    data/ (the test brings its own store), not caches."""
+    """The package, pyproject.toml, workspace.yaml and the routing suites (data/suites, the
+    location's default): what ``dagster dev -w`` loads. Not the rest of data/ (the test
+    brings its own store), not caches."""
     target.mkdir(parents=True)
-    shutil.copytree(source / "eval_pipeline", target / "eval_pipeline",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(source / "eval_pipeline", target / "eval_pipeline", ignore=ignore)
     for name in ("pyproject.toml", "workspace.yaml"):
         shutil.copy2(source / name, target / name)
+    if (source / "data" / "suites").is_dir():
+        shutil.copytree(source / "data" / "suites", target / "data" / "suites", ignore=ignore)
     return target
 
 
