@@ -274,146 +274,155 @@ def test_the_three_uses_in_a_browser(tmp_path: Path, project_root: Path, shots: 
     store = tmp_path / "store"
     (store / "incoming").mkdir(parents=True)
     with dagster_dev(project, tmp_path / "home", store, tmp_path / "dagster_dev.log") as server:
-        step("server up")
-        # 1. The asset graph: open every group, then every asset is drawn.
-        open_page(page, server, "/asset-groups", nudge_wait_ms=10_000)
-        for _ in range(20):
+        try:
+            step("server up")
+            # 1. The asset graph: open every group, then every asset is drawn.
+            open_page(page, server, "/asset-groups", nudge_wait_ms=10_000)
+            # Open one closed group (its ⇕) at a time, reloading in between: the graph then
+            # lays itself out to fit, so every group box is on screen (and in the page).
             closed = page.locator('[aria-label="unfold_more"]')
-            if not closed.count():
-                break
-            closed.first.click()
-            page.wait_for_timeout(500)
-        page.reload(wait_until="domcontentloaded")  # lay the opened graph out to fit
-        nodes = page.locator('[class*="AssetNode_assetName"]')
-        wait_for("the graph's asset nodes", lambda: nodes.count() >= len(assets), 60,
-                 every=1, server=server)
-        labels = [t.strip() for t in nodes.all_inner_texts()]
-        for asset in assets:
-            short = asset.rsplit("/", 1)[-1]
-            assert [lbl for lbl in labels if label_matches(lbl, short)], (
-                f"{asset} is not drawn in the asset graph: {labels}")
-        assert len(labels) == len(assets), labels
-        shoot(page, shots, "01_asset_graph")
+            nodes = page.locator('[class*="AssetNode_assetName"]')
+            for _ in range(20):
+                page.locator('[aria-label="unfold_more"], [class*="AssetNode_assetName"]'
+                             ).first.wait_for()
+                page.wait_for_timeout(1000)
+                if not closed.count():
+                    break
+                closed.first.click()
+                page.wait_for_timeout(1000)
+                page.reload(wait_until="domcontentloaded")
+            wait_for("the graph's asset nodes", lambda: nodes.count() >= len(assets), 60,
+                     every=1, server=server)
+            labels = [t.strip() for t in nodes.all_inner_texts()]
+            for asset in assets:
+                short = asset.rsplit("/", 1)[-1]
+                assert [lbl for lbl in labels if label_matches(lbl, short)], (
+                    f"{asset} is not drawn in the asset graph: {labels}")
+            assert len(labels) == len(assets), labels
+            shoot(page, shots, "01_asset_graph")
 
-        step("graph checked")
-        # 2. The new-drop sensor: running as shipped; off, on; a drop becomes a partition
-        # and a run. Nothing else runs by itself during the test.
-        states = automation_states(server)
-        assert states[SENSOR][1] == "RUNNING", states
-        for name, (kind, status) in states.items():
-            if name != SENSOR and status == "RUNNING":
-                open_page(page, server, f"/locations/eval_pipeline/{kind}/{name}")
-                set_switch(page, False)
-        open_page(page, server, f"/locations/eval_pipeline/sensors/{SENSOR}")
-        page.get_by_text("Running", exact=True).first.wait_for()
-        set_switch(page, False)
-        page.reload(wait_until="domcontentloaded")
-        box = page.locator("input[type=checkbox]").first
-        box.wait_for(state="attached")
-        assert not box.is_checked(), "the sensor's switch did not stay off after a reload"
-        wait_for("the instance to record the sensor stopped", sensor_is("STOPPED"), 30)
-        shoot(page, shots, "02_sensor_off")
-        set_switch(page, True)
-        wait_for("the instance to record the sensor running", sensor_is("RUNNING"), 30)
-        shoot(page, shots, "03_sensor_on")
+            step("graph checked")
+            # 2. The new-drop sensor: running as shipped; off, on; a drop becomes a partition
+            # and a run. Nothing else runs by itself during the test.
+            states = automation_states(server)
+            assert states[SENSOR][1] == "RUNNING", states
+            for name, (kind, status) in states.items():
+                if name != SENSOR and status == "RUNNING":
+                    open_page(page, server, f"/locations/eval_pipeline/{kind}/{name}")
+                    set_switch(page, False)
+            open_page(page, server, f"/locations/eval_pipeline/sensors/{SENSOR}")
+            page.get_by_text("Running", exact=True).first.wait_for()
+            set_switch(page, False)
+            page.reload(wait_until="domcontentloaded")
+            box = page.locator("input[type=checkbox]").first
+            box.wait_for(state="attached")
+            assert not box.is_checked(), "the sensor's switch did not stay off after a reload"
+            wait_for("the instance to record the sensor stopped", sensor_is("STOPPED"), 30)
+            shoot(page, shots, "02_sensor_off")
+            set_switch(page, True)
+            wait_for("the instance to record the sensor running", sensor_is("RUNNING"), 30)
+            shoot(page, shots, "03_sensor_on")
 
-        sample = (project_root / "data" / "incoming" / "sample_agent_runs.jsonl")
-        lines = sample.read_text("utf-8").splitlines(keepends=True)[:DROP_RECORDS]
-        assert len(lines) == DROP_RECORDS
-        (store / "incoming" / f"{DROP}.jsonl").write_text("".join(lines), "utf-8")
+            sample = (project_root / "data" / "incoming" / "sample_agent_runs.jsonl")
+            lines = sample.read_text("utf-8").splitlines(keepends=True)[:DROP_RECORDS]
+            assert len(lines) == DROP_RECORDS
+            (store / "incoming" / f"{DROP}.jsonl").write_text("".join(lines), "utf-8")
 
-        def partition_listed() -> bool:  # the sensor ticks every 30 s
-            open_page(page, server, "/assets/raw_trajectories?view=partitions")
-            return appears(page.get_by_text(PARTITION, exact=True).first, 5000)
+            def partition_listed() -> bool:  # the sensor ticks every 30 s
+                open_page(page, server, "/assets/raw_trajectories?view=partitions")
+                return appears(page.get_by_text(PARTITION, exact=True).first, 5000)
 
-        wait_for(f"partition {PARTITION} on raw_trajectories' Partitions tab",
-                 partition_listed, 180, every=3, server=server)
-        shoot(page, shots, "04_drop_partition")
-        sensor_runs = wait_for("the sensor's run",
-                               lambda: server.runs({"dagster/sensor_name": SENSOR}), 60,
-                               server=server)
-        assert len(sensor_runs) == 1, sensor_runs
-        open_page(page, server, "/runs")
-        page.get_by_text(sensor_runs[0]["runId"][:8]).first.wait_for()
-        page.get_by_text(re.compile(f"^{SENSOR}")).first.wait_for()
-        shoot(page, shots, "05_sensor_run")
-        see_run_succeeded(page, server, sensor_runs[0]["runId"], shots, "06_sensor_run_done")
+            wait_for(f"partition {PARTITION} on raw_trajectories' Partitions tab",
+                     partition_listed, 180, every=3, server=server)
+            shoot(page, shots, "04_drop_partition")
+            sensor_runs = wait_for("the sensor's run",
+                                   lambda: server.runs({"dagster/sensor_name": SENSOR}), 60,
+                                   server=server)
+            assert len(sensor_runs) == 1, sensor_runs
+            open_page(page, server, "/runs")
+            page.get_by_text(sensor_runs[0]["runId"][:8]).first.wait_for()
+            page.get_by_text(re.compile(f"^{SENSOR}")).first.wait_for()
+            shoot(page, shots, "05_sensor_run")
+            see_run_succeeded(page, server, sensor_runs[0]["runId"], shots, "06_sensor_run_done")
 
-        step("sensor run succeeded")
-        # 3. One partition materialized from the UI.
-        run_id = materialize_partition(page, server, shots, "07_materialize_dialog")
-        see_run_succeeded(page, server, run_id, shots, "08_ui_run_done")
-        partition_page(page, server, JUDGMENTS)
-        assert not is_unsynced(page, False), f"{JUDGMENTS} unsynced before any change"
-        old_template = metadata(page)["template_version"]
+            step("sensor run succeeded")
+            # 3. One partition materialized from the UI.
+            run_id = materialize_partition(page, server, shots, "07_materialize_dialog")
+            see_run_succeeded(page, server, run_id, shots, "08_ui_run_done")
+            partition_page(page, server, JUDGMENTS)
+            assert not is_unsynced(page, False), f"{JUDGMENTS} unsynced before any change"
+            old_template = metadata(page)["template_version"]
 
-        step("UI run succeeded")
-        # 4. A rubric changed in the copy, the location reloaded from the Deployment page.
-        rubrics_file = project / "eval_pipeline" / "rubrics" / "rubrics.yaml"
-        rubrics = yaml.safe_load(rubrics_file.read_text("utf-8"))
-        rubrics[CHANGED_RUBRIC]["metrics"]["output_verification"] = (
-            "Whether the agent checked a result before relying on it")
-        rubrics_file.write_text(yaml.safe_dump(rubrics, sort_keys=False), "utf-8")
-        open_page(page, server, "/deployment/locations")
-        loaded = server.location_updated()
-        page.locator('button:has([aria-label="code_location_reload"])').click()
-        wait_for("the code location to reload", lambda: server.location_updated() > loaded,
-                 180, server=server)
-        page.get_by_text("Loaded", exact=True).first.wait_for()
-        shoot(page, shots, "09_location_reloaded")
+            step("UI run succeeded")
+            # 4. A rubric changed in the copy, the location reloaded from the Deployment page.
+            rubrics_file = project / "eval_pipeline" / "rubrics" / "rubrics.yaml"
+            rubrics = yaml.safe_load(rubrics_file.read_text("utf-8"))
+            rubrics[CHANGED_RUBRIC]["metrics"]["output_verification"] = (
+                "Whether the agent checked a result before relying on it")
+            rubrics_file.write_text(yaml.safe_dump(rubrics, sort_keys=False), "utf-8")
+            open_page(page, server, "/deployment/locations")
+            loaded = server.location_updated()
+            page.locator('button:has([aria-label="code_location_reload"])').click()
+            wait_for("the code location to reload", lambda: server.location_updated() > loaded,
+                     180, server=server)
+            page.get_by_text("Loaded", exact=True).first.wait_for()
+            shoot(page, shots, "09_location_reloaded")
 
-        marked = {}
-        for asset in batch_assets:
-            partition_page(page, server, asset)
-            marked[asset] = (unsynced_causes(page) if is_unsynced(page, asset in judged)
-                             else None)
-            if asset == JUDGMENTS:
-                shoot(page, shots, "10_unsynced_after_rubric_change")
-            if asset == "raw_trajectories":
-                shoot(page, shots, "11_synced_upstream")
-        assert {a for a, cause in marked.items() if cause} == judged, marked
-        for asset in judged:
-            assert "new code version" in str(marked[asset]), marked[asset]
+            marked = {}
+            for asset in batch_assets:
+                partition_page(page, server, asset)
+                marked[asset] = (unsynced_causes(page) if is_unsynced(page, asset in judged)
+                                 else None)
+                if asset == JUDGMENTS:
+                    shoot(page, shots, "10_unsynced_after_rubric_change")
+                if asset == "raw_trajectories":
+                    shoot(page, shots, "11_synced_upstream")
+            assert {a for a, cause in marked.items() if cause} == judged, marked
+            for asset in judged:
+                assert "new code version" in str(marked[asset]), marked[asset]
 
-        step("unsynced marks checked")
-        # 5. Materialized again: synced, its children marked, the score-change metadata.
-        run_id = materialize_partition(page, server, shots, "12_rematerialize_dialog")
-        see_run_succeeded(page, server, run_id, shots, "13_rematerialized_run_done")
-        partition_page(page, server, JUDGMENTS)
-        assert not is_unsynced(page, False), f"{JUDGMENTS} still unsynced"
-        shown = metadata(page)
-        missing = [k for k in SCORE_CHANGE_KEYS if k not in shown]
-        assert not missing, f"score-change metadata missing on the page: {missing}"
-        new_template = shown["template_version"]
-        assert new_template != old_template
-        assert f"template_version: {old_template} -> {new_template}" in (
-            shown["changed_upstream"]), shown["changed_upstream"]
-        assert shown["changed_upstream_count"] == "1", shown["changed_upstream_count"]
-        key_cell = page.locator("td", has_text=re.compile("^changed_upstream$")).first
-        key_cell.scroll_into_view_if_needed()
-        shoot(page, shots, "14_score_change_metadata")
+            step("unsynced marks checked")
+            # 5. Materialized again: synced, its children marked, the score-change metadata.
+            run_id = materialize_partition(page, server, shots, "12_rematerialize_dialog")
+            see_run_succeeded(page, server, run_id, shots, "13_rematerialized_run_done")
+            partition_page(page, server, JUDGMENTS)
+            assert not is_unsynced(page, False), f"{JUDGMENTS} still unsynced"
+            shown = metadata(page)
+            missing = [k for k in SCORE_CHANGE_KEYS if k not in shown]
+            assert not missing, f"score-change metadata missing on the page: {missing}"
+            new_template = shown["template_version"]
+            assert new_template != old_template
+            assert f"template_version: {old_template} -> {new_template}" in (
+                shown["changed_upstream"]), shown["changed_upstream"]
+            assert shown["changed_upstream_count"] == "1", shown["changed_upstream_count"]
+            key_cell = page.locator("td", has_text=re.compile("^changed_upstream$")).first
+            key_cell.scroll_into_view_if_needed()
+            shoot(page, shots, "14_score_change_metadata")
 
-        rows = shown["dagster/row_count"]
-        assert (shown["delta/compared"], shown["delta/added"], shown["delta/removed"]) == (
-            rows, "0", "0"), "every clip scored before and after is compared"
+            rows = shown["dagster/row_count"]
+            assert (shown["delta/compared"], shown["delta/added"], shown["delta/removed"]) == (
+                rows, "0", "0"), "every clip scored before and after is compared"
 
-        step("score-change metadata checked")
-        # Its children now read a new version of it; what it reads from is untouched.
-        for asset in sorted(children(graph, JUDGMENTS)):
-            partition_page(page, server, asset)
-            assert is_unsynced(page, True), f"{asset} not marked after {JUDGMENTS} moved"
-            causes = unsynced_causes(page)
-            assert JUDGMENTS.replace("/", " / ") in causes, causes  # the UI's key display
-            assert "new data version" in causes, causes
-            if asset == "averaged_scores":
-                shoot(page, shots, "15_downstream_unsynced")
-        partition_page(page, server, "raw_trajectories")
-        assert not is_unsynced(page, False), "raw_trajectories marked"
-        assert "raw_trajectories" not in descendants(graph, JUDGMENTS)
+            step("score-change metadata checked")
+            # Its children now read a new version of it; what it reads from is untouched.
+            for asset in sorted(children(graph, JUDGMENTS)):
+                partition_page(page, server, asset)
+                assert is_unsynced(page, True), f"{asset} not marked after {JUDGMENTS} moved"
+                causes = unsynced_causes(page)
+                assert JUDGMENTS.replace("/", " / ") in causes, causes  # the UI's key display
+                assert "new data version" in causes, causes
+                if asset == "averaged_scores":
+                    shoot(page, shots, "15_downstream_unsynced")
+            partition_page(page, server, "raw_trajectories")
+            assert not is_unsynced(page, False), "raw_trajectories marked"
+            assert "raw_trajectories" not in descendants(graph, JUDGMENTS)
 
-        open_page(page, server, "/asset-groups")
-        page.locator('[class*="AssetNode_assetName"]').first.wait_for()
-        page.wait_for_timeout(2000)
-        shoot(page, shots, "16_asset_graph_after")
+            open_page(page, server, "/asset-groups")
+            page.locator('[class*="AssetNode_assetName"]').first.wait_for()
+            page.wait_for_timeout(2000)
+            shoot(page, shots, "16_asset_graph_after")
+        except BaseException:
+            shoot(page, shots, "failed_here", full_page=True)  # what the browser saw
+            raise
 
     print(f"\nbrowser test: {time.monotonic() - started:.0f} s, screenshots in {shots}")
