@@ -18,7 +18,7 @@ batches_partitions_def = dg.DynamicPartitionsDefinition(name=BATCHES_PARTITION)
 HOW_BATCHES_ARE_MADE = (
     "Partitions: one per batch file. new_drop_sensor (on by default; Automation tab) splits "
     "each file copied into the incoming folder (data/incoming/ in the project) into "
-    "batches/<drop>/<drop>NN.jsonl and registers one partition per batch; `eval-pipeline run "
+    "`batches/<drop>/<drop>NN.jsonl` and registers one partition per batch; `eval-pipeline run "
     "FILE` does the same from the command line. A partition added by hand has no batch file "
     "and fails in one line saying so.")
 """Appended to every per-batch asset's description: how its partitions come to be, where a
