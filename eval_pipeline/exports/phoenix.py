@@ -38,10 +38,12 @@ from pydantic import BaseModel
 
 from eval_pipeline.exports.common import TrajectoryInfo, records, trajectory_info
 from eval_pipeline.rubrics import (
+    EVAL_CATEGORY_ASSESSMENT,
     EVAL_KIND_CLIP,
     EVAL_QUERY_TO_THOUGHT,
     EVAL_SEQUENCE_OPTIMALITY,
     EVAL_THOUGHT_TO_TOOL,
+    EVAL_TRAJECTORY_ASSESSMENT,
     REACT_EVALUATIONS,
 )
 
@@ -50,8 +52,10 @@ SPAN_INDEX = "context.span_id"
 EVAL_COLUMNS = ["label", "score", "explanation"]
 NOT_SCORED = "not scored"
 TRAJECTORY_SCORE = "trajectory_score"
-TRACE_LEVEL = (EVAL_SEQUENCE_OPTIMALITY, TRAJECTORY_SCORE)
-"""Results about a whole trajectory: they go on the trace's root span."""
+TRACE_LEVEL = (EVAL_SEQUENCE_OPTIMALITY, TRAJECTORY_SCORE, EVAL_CATEGORY_ASSESSMENT,
+               EVAL_TRAJECTORY_ASSESSMENT)
+"""Results about a whole trajectory: they go on the trace's root span (a category
+assessment too: it covers every clip of its category)."""
 
 
 class PhoenixEval(BaseModel):
@@ -187,6 +191,17 @@ def eval_name(kind: str) -> str:
     return EVAL_NAMES.get(kind, kind.replace("_", " ").title())
 
 
+def assessment_name(kind: str, category: str) -> str | None:
+    """The annotation name of a category or trajectory assessment (None for other kinds):
+    a trajectory's categories all land on its root span, so each category has its own
+    name, or Phoenix would keep one of them."""
+    if kind == EVAL_CATEGORY_ASSESSMENT:
+        return f"Category Assessment: {category}"
+    if kind == EVAL_TRAJECTORY_ASSESSMENT:
+        return "Trajectory Assessment (mean over metrics)"
+    return None
+
+
 class AnnotationCounts(BaseModel):
     """What :func:`span_annotations` made of the tables, for metadata and the manifest."""
 
@@ -217,6 +232,16 @@ def _judgment_annotations(row: Mapping[str, object], meta: dict[str, object]
     """One judgment row as annotations: a failed row one ``failed`` label; a rubric row its
     mean and each metric; a ReAct row its label and score."""
     kind = str(row["evaluation_kind"])
+    name = assessment_name(kind, str(row.get("tool_type") or ""))
+    if name is not None:  # one annotation: the mean over the assessment's metrics
+        if row["status"] != "ok":
+            return [{"name": name, "label": FAILED, "score": None,
+                     "explanation": str(row.get("error") or "the judgment failed")}]
+        marks = {str(k): float(v) for k, v in json.loads(str(row["scores"] or "{}")).items()
+                 if v is not None}
+        return [{"name": name, "label": None, "score": fmean(marks.values()) if marks else None,
+                 "explanation": str(row.get("summary") or row.get("reasoning") or "") or None,
+                 "metadata": {**meta, "scores": marks}}]
     if row["status"] != "ok":
         return [{"name": eval_name(kind), "label": FAILED, "score": None,
                  "explanation": str(row.get("error") or "the judgment failed")}]

@@ -67,7 +67,9 @@ def test_cli_waits_for_the_batches_then_no_wait_and_resume(fake, tmp_path, monke
     assert "wave 1" in captured.err and "requests done" in captured.err  # the progress line
     table = pd.read_parquet(out / "judgments__gpt.parquet")
     assert (table["status"] == "ok").all() and not table["cached"].any()
-    assert batches.created == 2 and batches.lines == len(table)  # two waves, each line once
+    # two waves of clips (bounded to 2), then one of category and one of trajectory
+    # assessments; each line once
+    assert batches.created == 4 and batches.lines == len(table)
     assert "batch mode)" in captured.out  # the summary says which mode ran, and its cost
     assert (pd.read_parquet(out / "averaged_scores.parquet")["status"] == "ok").all()
 
@@ -84,11 +86,11 @@ def test_cli_waits_for_the_batches_then_no_wait_and_resume(fake, tmp_path, monke
     assert "BATCHES PENDING" in printed and "wave 1 submitted" in printed
     assert "eval-pipeline run" in printed and "--no-wait" not in printed.split("later")[1]
     assert "batch_results_sensor" in printed
-    assert batches.created == 3
+    assert batches.created == 5
     # The same command later: the same batch is picked up, nothing resubmitted for wave 1.
     batches.release()
     assert main(args) == 0
-    assert batches.created == 4  # the second wave only
+    assert batches.created == 8  # the three later waves only
     assert (pd.read_parquet(tmp_path / "out2" / "judgments__gpt.parquet")["status"]
             == "ok").all()
 
@@ -124,7 +126,8 @@ def test_a_cli_killed_while_waiting_resumes_the_same_batch(tmp_path, project_roo
         rerun = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True,
                                text=True, timeout=600)
         assert rerun.returncode == 0, rerun.stderr
-        assert batches.created == 1  # the same batch id, picked up: nothing paid twice
+        # the same batch id picked up (nothing paid twice), then the two assessment waves
+        assert batches.created == 3
         table = pd.read_parquet(tmp_path / "out" / "judgments__gpt.parquet")
         assert (table["status"] == "ok").all() and batches.lines == len(table)
     finally:

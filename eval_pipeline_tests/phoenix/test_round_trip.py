@@ -23,6 +23,7 @@ import pytest
 from eval_pipeline.defs.pipeline.definitions import build_definitions
 from eval_pipeline.defs.pipeline.resources import PhoenixResource
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
+from eval_pipeline.exports.phoenix import assessment_name
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.phoenix.connection import PhoenixConnection
 from eval_pipeline.phoenix.sink import read_annotations
@@ -142,19 +143,22 @@ def test_phoenix_round_trip(phoenix_server, openai_server, tmp_path, instance, m
     for judge, table in (("heuristic", heuristic), ("gpt", gpt)):
         for row in table.itertuples():
             trace = trace_of[row.trajectory_id]
-            if row.evaluation_kind == "sequence_optimality":
+            assessment = assessment_name(row.evaluation_kind, row.tool_type)
+            if row.evaluation_kind == "sequence_optimality" or assessment:
                 span = root_of[trace]
                 assert by_id[span]["parent_id"] is None  # trace-level: the root span
             else:
                 span = clip_span[(row.trajectory_id, row.clip_index)]
             assert by_id[span]["context"]["trace_id"] == trace
-            note = got.loc[(span, names[row.evaluation_kind], judge)]
+            note = got.loc[(span, assessment or names[row.evaluation_kind], judge)]
             assert note["metadata"]["judge"] == judge
             assert note["annotator_kind"] == ("CODE" if judge == "heuristic" else "LLM")
             scores = json.loads(row.scores)
             if row.status == "failed":  # no score, the error says why
                 assert note["result.label"] == "failed" and pd.isna(note["result.score"])
                 assert "refused" in note["result.explanation"]
+            elif assessment:  # one annotation per category / trajectory, on the root span
+                assert note["result.score"] == pytest.approx(sum(scores.values()) / len(scores))
             elif row.evaluation_kind == "clip_rubric":
                 assert note["result.score"] == pytest.approx(sum(scores.values()) / len(scores))
                 for metric, value in scores.items():
