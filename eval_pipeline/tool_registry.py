@@ -31,6 +31,11 @@ class ToolRegistry(BaseModel):
         return sorted(tags, key=lambda t: (-len(t), t))
 
     @cached_property
+    def tool_tag_set(self) -> frozenset[str]:
+        """``tool_tags`` as a set, for membership tests per tag."""
+        return frozenset(self.tool_tags)
+
+    @cached_property
     def _type_by_tag(self) -> dict[str, str]:
         """Lower-cased tag -> tool type, the first tool type listing it winning."""
         found: dict[str, str] = {}
