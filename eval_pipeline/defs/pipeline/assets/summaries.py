@@ -9,6 +9,7 @@ import pandas as pd
 
 from eval_pipeline.defs.pipeline.assets.changes import report_changes, summary_changes
 from eval_pipeline.defs.pipeline.assets.metadata import per_batch_output, preview
+from eval_pipeline.defs.pipeline.io_manager import FROM_INDEX, INDEX_COLUMNS
 from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.exports.report_document import report_metadata_markdown
 from eval_pipeline.judges.config import JudgeConfig
@@ -40,6 +41,8 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         kinds={"pandas", "parquet"},
         code_version=source_version("eval_pipeline.scoring.summaries", "eval_pipeline.report",
                                     "eval_pipeline.scoring.assessments"),
+        # The report's columns of every batch, kept in one index file by the IO manager.
+        metadata={INDEX_COLUMNS: REPORT_INPUT_COLUMNS},
     )
     def trajectory_summaries(
         context: dg.AssetExecutionContext,
@@ -58,7 +61,8 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
 
     @dg.asset(
         ins={"trajectory_summaries": dg.AssetIn(
-            metadata={"allow_missing_partitions": True, "columns": REPORT_INPUT_COLUMNS})},
+            metadata={"allow_missing_partitions": True, "columns": REPORT_INPUT_COLUMNS,
+                      FROM_INDEX: True})},
         group_name=SUMMARY_GROUP,
         kinds={"pandas", "parquet"},
         code_version=source_version("eval_pipeline.report", "eval_pipeline.scoring.assessments"),
