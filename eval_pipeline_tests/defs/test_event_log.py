@@ -1,0 +1,44 @@
+"""#12.4: the event log the CLI's instance uses stores what Dagster's own class reads."""
+
+
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from eval_pipeline.defs.pipeline.event_log import FastSqliteEventLogStorage
+from eval_pipeline.local_run import ensure_dagster_home
+
+
+@dg.asset(partitions_def=dg.StaticPartitionsDefinition(["a", "b"]))
+def numbers(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    return dg.MaterializeResult(metadata={"n": len(context.partition_key)})
+
+
+
+def test_cli_instance_writes_history_that_dagsters_own_storage_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    ensure_dagster_home()
+    with dg.DagsterInstance.get() as instance:
+        storage = instance.event_log_storage
+        inner = getattr(storage, "_storage", storage)
+        assert isinstance(inner, FastSqliteEventLogStorage)
+        for key in ("a", "b"):
+            assert dg.materialize([numbers], instance=instance, partition_key=key).success
+        assert set(instance.get_materialized_partitions(dg.AssetKey("numbers"))) == {"a", "b"}
+    plain = tmp_path / "plain"
+    shutil.copytree(home, plain)
+    config = plain / "dagster.yaml"
+    config.write_text(config.read_text("utf-8").replace(
+        "event_log_storage:\n  module: eval_pipeline.defs.pipeline.event_log\n"
+        "  class: FastSqliteEventLogStorage\n", ""), "utf-8")
+    monkeypatch.setenv("DAGSTER_HOME", str(plain))
+    with dg.DagsterInstance.get() as instance:
+        inner = getattr(instance.event_log_storage, "_storage", instance.event_log_storage)
+        assert type(inner).__name__ == "SqliteEventLogStorage"
+        assert set(instance.get_materialized_partitions(dg.AssetKey("numbers"))) == {"a", "b"}
+        event = instance.get_latest_materialization_event(dg.AssetKey("numbers"))
+        assert event is not None and event.asset_materialization is not None
