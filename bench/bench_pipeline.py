@@ -14,6 +14,8 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,r
   through parse, preprocess and clips, each drop in a fresh process.
 - ``repair``: tag repair of one record whose every ``<result>`` is left unclosed, at 5k,
   10k and 20k tool calls, against the previous (quadratic) implementation kept in the tests.
+- ``report`` (#12.5): evaluation_report's input with 50, 200 and 450 batches, read one
+  Parquet per batch against the summaries' index, and build_report on it.
 - ``dagster``: the CLI's Dagster path end to end, so orchestration cost per batch shows.
 - ``orchestration`` (#12.4): the CLI (a fresh process and DAGSTER_HOME, one run for all
   batches) on the inputs (``--orch-input``, default the whole corpora) against the sum of the
@@ -305,6 +307,55 @@ def orchestration_section(inputs: Path, codes: list[Path], rounds: int) -> None:
                                                   for r in range(rounds)), "last / first"]))
 
 
+def report_index_section(files: list[Path], repeats: int) -> None:
+    """#12.5: what evaluation_report's input costs with N batches: one Parquet read per
+    batch (the IO manager before) against the summaries' index (one file, a stat per
+    batch), both with the report's columns only; then build_report on what was read."""
+    from upath import UPath
+
+    from eval_pipeline.defs.pipeline.partition_index import read_index, update_index
+    from eval_pipeline.report import REPORT_INPUT_COLUMNS, build_report
+
+    judge = make_judge(JudgeConfig(name="heuristic"))
+    path = files[-1]
+    raw, _q = ingest.read_batch(path, None, path.stem)
+    kept, _r, _s = ingest.preprocess_batch(raw, PreprocessConfig(), default_registry())
+    clips = ingest.clips_table(kept)
+    rows = asyncio.run(run_judge(judge, ingest.clip_tasks(clips, kept)))
+    averaged = average_judgments({"heuristic": pd.DataFrame([r.model_dump() for r in rows])})
+    summary = summarize_trajectories(kept, clips, averaged, ["heuristic"]).head(10)
+    table = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (50, 200, 450):
+            folder = Path(tmp) / str(n)
+            folder.mkdir()
+            keys = [f"batch{i:04d}" for i in range(n)]
+            paths = {k: UPath(folder / f"{k}.parquet") for k in keys}
+            for k in keys:
+                summary.to_parquet(paths[k].path, index=False)
+            index = UPath(folder / "_index" / "trajectory_summaries.parquet")
+            update_index(index, dict.fromkeys(keys, summary), REPORT_INPUT_COLUMNS, paths)
+
+            def files_read(keys: list[str] = keys, paths: dict = paths) -> dict:
+                return {k: pd.read_parquet(paths[k].path, columns=REPORT_INPUT_COLUMNS)
+                        for k in keys}
+
+            def index_read(keys: list[str] = keys, paths: dict = paths,
+                           index: UPath = index) -> dict:
+                return read_index(index, keys, paths, REPORT_INPUT_COLUMNS)[0]
+
+            loaded = files_read()
+            medians = interleaved({"files": files_read, "index": index_read,
+                                   "report": lambda loaded=loaded: build_report(loaded)},
+                                  repeats)
+            table.append([n, n * len(summary), f"{medians['files']:.3f}",
+                          f"{medians['index']:.3f}",
+                          f"{medians['files'] / medians['index']:.1f} x",
+                          f"{medians['report']:.3f}"])
+    print(tabulate(table, headers=["batches", "trajectories", "per-batch files s", "index s",
+                                   "speed-up", "build_report s"]))
+
+
 def dagster_section(files: list[Path]) -> None:
     from eval_pipeline.local_run import run_pipeline
 
@@ -361,6 +412,9 @@ def main() -> None:
     if "orchestration" in sections:
         print()
         orchestration_section(args.orch_input, args.code or [ROOT], args.orch_rounds)
+    if "report" in sections:
+        print()
+        report_index_section(files, args.repeats)
     if "dagster" in sections:
         print()
         dagster_section(files)

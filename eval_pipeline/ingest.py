@@ -150,8 +150,9 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
     """
     fields = list(Trajectory.model_fields)
     n = len(raw)
-    columns = {c: ([_na_to_none(v) for v in raw[c].tolist()] if c in raw.columns
-                   else [None] * n) for c in fields}
+    columns: dict[str, list[Any]] = {
+        c: ([_na_to_none(v) for v in raw[c].tolist()] if c in raw.columns else [None] * n)
+        for c in fields}
     reparsers = {rule: reparser(rule, registry) for rule in set(columns["reparse"])}
     outcomes: list[Screening] = []
     kept_rows: list[dict[str, object]] = []
@@ -171,8 +172,8 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
                 "duplicate_calls": json.dumps(found.duplicate_calls, ensure_ascii=False),
             })
             continue
-        row = {c: columns[c][i] for c in fields}
-        extra = row["extra"] or "{}"
+        row: dict[str, Any] = {c: columns[c][i] for c in fields}
+        extra: str = row["extra"] or "{}"
         row["extra"] = extra
         for key in ("expected_tools", "expected_calls"):
             row[key] = row[key] if isinstance(row[key], str) else None

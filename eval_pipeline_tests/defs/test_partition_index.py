@@ -34,7 +34,7 @@ def test_index_answers_for_written_partitions_in_the_order_asked(tmp_path: Path)
     update_index(index, frames3, COLUMNS, files)
     found, stale = read_index(index, ["b3", "b1", "b2", "b4"], files, COLUMNS)
     assert list(found) == ["b3", "b1", "b2"] and stale == ["b4"]
-    for key, frame in {**frames, **frames3}.items():
+    for key in {**frames, **frames3}:
         pd.testing.assert_frame_equal(found[key], pd.read_parquet(files[key].path,
                                                                   columns=COLUMNS))
 
