@@ -11,6 +11,7 @@ they are connected:
 
 - one connection per database, kept open (the index and the few most recent runs' files),
   used under the storage's lock as Dagster's own connections are;
+- a table found once is not looked up again (Dagster checks before every tagged event);
 - ``PRAGMA synchronous=NORMAL``: in WAL mode a commit is written to the log without an
   ``fsync``; the database stays consistent, and a power loss (not a crashed process) can
   lose the last events, which for run history is the trade SQLite documents as the usual
@@ -65,6 +66,7 @@ class FastSqliteEventLogStorage(SqliteEventLogStorage):
                  inst_data: ConfigurableClassData | None = None) -> None:
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self._engines_lock = threading.Lock()
+        self._tables: set[str] = set()
         super().__init__(base_dir or default_base_dir(), inst_data)
 
     @classmethod
@@ -91,6 +93,16 @@ class FastSqliteEventLogStorage(SqliteEventLogStorage):
             for old in runs[:-OPEN_RUN_SHARDS]:
                 self._engines.pop(old).dispose()
             return engine
+
+    def has_table(self, table_name: str) -> bool:
+        """Dagster asks before every tagged materialization, each time through a new
+        engine; a table once found stays (migrations add tables, never drop them)."""
+        if table_name in self._tables:
+            return True
+        found = super().has_table(table_name)
+        if found:
+            self._tables.add(table_name)
+        return found
 
     @contextmanager
     def _connect(self, shard: str) -> Iterator[Connection]:
