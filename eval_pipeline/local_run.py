@@ -32,6 +32,8 @@ from eval_pipeline.splitting import (
     DROP_SUFFIXES,
     MANIFEST_SUFFIX,
     BatchManifest,
+    MissingBatchError,
+    find_batch,
     partition_key_for,
     split_batch_folder,
     split_drop,
@@ -339,6 +341,8 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
         ordered = instance.get_dynamic_partitions(BATCHES_PARTITION)
     if batches_per_run is None and workers > 1:
         batches_per_run = -(-len(keys) // workers)  # one run per worker
+    if batches_per_run is None:
+        batches_per_run = batches_within(where.batches, keys, RUN_BATCH_BYTES)
     runs = batch_ranges(keys, ordered, batches_per_run)
     shares = [runs[i::workers] for i in range(workers)] if workers > 1 else [runs]
     shares = [share for share in shares if share]
@@ -374,6 +378,27 @@ def _store(store: Path | None) -> Store:
         return resolve_store(store)
     except StoreLocationError as exc:
         raise PipelineInputError(str(exc)) from None
+
+
+RUN_BATCH_BYTES = 64 * 2**20
+"""Without ``--batches-per-run``, a run holds batches up to about this many bytes of batch
+files: a run's steps hold every one of its batches' tables at once, so an unbounded run made
+the CLI's memory grow with the drop (#12.3). A drop below it (the whole corpora is 18 MB) is
+still one run."""
+
+
+def batches_within(batches_dir: Path, keys: Sequence[str], limit: int) -> int | None:
+    """How many batches of their mean file size fit in ``limit`` bytes; None for all."""
+    sizes = []
+    for key in keys:
+        try:
+            path, _manifest = find_batch(batches_dir, key)
+            sizes.append(path.stat().st_size)
+        except (MissingBatchError, OSError):
+            continue
+    if not sizes or sum(sizes) <= limit:
+        return None
+    return max(1, int(limit // (sum(sizes) / len(sizes))))
 
 
 def forget_batches(keys: Sequence[str]) -> list[str]:
