@@ -47,7 +47,7 @@ class ParquetUPathIOManager(dg.UPathIOManager):
             raise TypeError(f"{context.asset_key.to_user_string()} must be a DataFrame, "
                             f"got {type(obj).__name__}")
         if path.protocol in ("", "file"):  # a reader never sees a half-written table
-            write_atomic(Path(path.path), partial(obj.to_parquet, index=False))
+            write_atomic(Path(path.path), partial(obj.to_parquet, index=False), sync=False)
             return
         # Object stores (s3://, gs://) publish an object only once its upload completes.
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -85,7 +85,7 @@ def update_index(index: UPath, frames: Mapping[str, pd.DataFrame], columns: Sequ
         table = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
         local = _local(index)
         if local is not None:
-            write_atomic(local, lambda fh: table.to_parquet(fh, index=False))
+            write_atomic(local, lambda fh: table.to_parquet(fh, index=False), sync=False)
         else:
             index.parent.mkdir(parents=True, exist_ok=True)
             with index.open("wb") as fh:
