@@ -8,6 +8,7 @@ metadata and lineage show up in ``dagster dev``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -96,6 +97,17 @@ _EARLIER_INSTANCE_YAMLS = (
 )
 
 
+_EARLIER_TEMPLATE_SHA256 = frozenset({
+    # the commented template before the event log storage (#12.4)
+    "051b4da90158783efd7fa490b9702fcd47610a29f1f586194fc5285a3f8e0a7e",
+})
+
+
+def _written_by_earlier_cli(text: str) -> bool:
+    return (text in _EARLIER_INSTANCE_YAMLS
+            or hashlib.sha256(text.encode("utf-8")).hexdigest() in _EARLIER_TEMPLATE_SHA256)
+
+
 def hide_beta_warnings() -> None:
     """Dagster marks single-run backfill policies "beta": a notice for the project's
     developers, not for someone evaluating trajectories (the CLI shows it with --verbose)."""
@@ -108,7 +120,7 @@ def ensure_dagster_home() -> Path:
     home = Path(os.environ.get("DAGSTER_HOME") or default_dagster_home()).resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    if not config.exists() or config.read_text("utf-8") in _EARLIER_INSTANCE_YAMLS:
+    if not config.exists() or _written_by_earlier_cli(config.read_text("utf-8")):
         config.write_text(INSTANCE_TEMPLATE.read_text("utf-8"), "utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     return home

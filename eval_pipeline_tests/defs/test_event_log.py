@@ -42,3 +42,25 @@ def test_cli_instance_writes_history_that_dagsters_own_storage_reads(
         assert set(instance.get_materialized_partitions(dg.AssetKey("numbers"))) == {"a", "b"}
         event = instance.get_latest_materialization_event(dg.AssetKey("numbers"))
         assert event is not None and event.asset_materialization is not None
+
+
+def test_an_instance_file_the_previous_cli_wrote_is_brought_up_to_date(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from eval_pipeline.local_run import INSTANCE_TEMPLATE
+
+    home = tmp_path / "home"
+    home.mkdir()
+    previous = subprocess.run(
+        ["git", "show", "0972e0e7:eval_pipeline/dagster.yaml"], capture_output=True,
+        text=True, cwd=INSTANCE_TEMPLATE.parents[1])
+    if previous.returncode != 0:
+        pytest.skip("the previous template is not in this checkout's history")
+    (home / "dagster.yaml").write_text(previous.stdout, "utf-8")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    ensure_dagster_home()
+    assert (home / "dagster.yaml").read_text("utf-8") == INSTANCE_TEMPLATE.read_text("utf-8")
+    (home / "dagster.yaml").write_text(previous.stdout + "# mine\n", "utf-8")
+    ensure_dagster_home()  # a file the user changed stays theirs
+    assert (home / "dagster.yaml").read_text("utf-8").endswith("# mine\n")
