@@ -64,3 +64,37 @@ def test_an_instance_file_the_previous_cli_wrote_is_brought_up_to_date(
     (home / "dagster.yaml").write_text(previous.stdout + "# mine\n", "utf-8")
     ensure_dagster_home()  # a file the user changed stays theirs
     assert (home / "dagster.yaml").read_text("utf-8").endswith("# mine\n")
+
+
+def test_a_watcher_in_another_storage_sees_events_as_they_are_stored(tmp_path: Path) -> None:
+    """The UI follows a running run by watching its database file (another process)."""
+    import threading
+    import time
+
+    from dagster._core.events.log import EventLogEntry
+
+    def entry(message: str) -> EventLogEntry:
+        return EventLogEntry(error_info=None, level="INFO", user_message=message,
+                             run_id="run1", timestamp=time.time(), step_key=None,
+                             job_name=None, dagster_event=None)
+
+    writer = FastSqliteEventLogStorage(str(tmp_path))
+    reader = FastSqliteEventLogStorage(str(tmp_path))
+    writer.store_event(entry("first"))
+    seen: list[str] = []
+    arrived = threading.Event()
+
+    def callback(event: EventLogEntry, _cursor: str) -> None:
+        seen.append(event.user_message)
+        if event.user_message == "second":
+            arrived.set()
+
+    reader.watch("run1", None, callback)
+    try:
+        time.sleep(0.5)
+        writer.store_event(entry("second"))
+        assert arrived.wait(10), seen
+    finally:
+        reader.end_watch("run1", callback)
+        reader.dispose()
+        writer.dispose()

@@ -11,6 +11,8 @@ they are connected:
 
 - one connection per database, kept open (the index and the few most recent runs' files),
   used under the storage's lock as Dagster's own connections are;
+- after each stored event the run's database file is touched, so the UI's watcher of a
+  running run (which watches that file) sees it, as it saw Dagster's checkpoints;
 - a table found once is not looked up again (Dagster checks before every tagged event);
 - ``PRAGMA synchronous=NORMAL``: in WAL mode a commit is written to the log without an
   ``fsync``; the database stays consistent, and a power loss (not a crashed process) can
@@ -22,6 +24,7 @@ The instance uses it through ``event_log_storage`` in the ``dagster.yaml`` the C
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -30,6 +33,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
+from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log import SqliteEventLogStorage
 from dagster._core.storage.sql import create_engine
 from dagster._core.storage.sqlite import create_db_conn_string
@@ -93,6 +97,16 @@ class FastSqliteEventLogStorage(SqliteEventLogStorage):
             for old in runs[:-OPEN_RUN_SHARDS]:
                 self._engines.pop(old).dispose()
             return engine
+
+    def store_event(self, event: EventLogEntry) -> None:
+        """Stored as Dagster stores it, then the run's database file is touched: the UI
+        follows a running run by watching that file, which Dagster's own class modifies by
+        checkpointing the WAL as it closes each connection; a kept-open connection leaves
+        the events in the WAL, so the file's mtime is what tells the watcher."""
+        super().store_event(event)
+        if event.run_id:
+            with contextlib.suppress(OSError):
+                os.utime(self.path_for_shard(event.run_id))
 
     def has_table(self, table_name: str) -> bool:
         """Dagster asks before every tagged materialization, each time through a new
