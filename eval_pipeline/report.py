@@ -122,7 +122,7 @@ def _row(batch: str, df: pd.DataFrame, metas: Sequence[Mapping[str, Any]]) -> di
         **_label_agreement(df),
         "tool_type_means": json.dumps({t: round(fmean(v), 4)
                                        for t, v in sorted(tool_scores.items())}),
-        **pooled_assessments(df["evaluation_metadata"]),
+        **pooled_assessments(metas),
     }
 
 
