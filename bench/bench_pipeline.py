@@ -100,6 +100,7 @@ def stage_section(files: list[Path], repeats: int) -> None:
     config = PreprocessConfig()
     judge = make_judge(JudgeConfig(name="heuristic"))
     prepared = []
+    averaged: dict[Path, pd.DataFrame] = {}
     for path in files:
         raw, _q = ingest.read_batch(path, None, path.stem)
         kept, _r, _s = ingest.preprocess_batch(raw, config, registry)
@@ -108,6 +109,7 @@ def stage_section(files: list[Path], repeats: int) -> None:
         one = pd.DataFrame([r.model_dump() for r in rows])
         three = {"a": one, "b": _disagreeing(one, 0.9), "c": _disagreeing(one, 0.7)}
         prepared.append((path, raw, kept, clips, one, three))
+        averaged[path] = average_judgments({"heuristic": one})
 
     def each(fn: Callable[..., Any]) -> Callable[[], None]:
         return lambda: [fn(*p) for p in prepared] and None
@@ -120,6 +122,8 @@ def stage_section(files: list[Path], repeats: int) -> None:
         "average (3 judges)": each(lambda *p: average_judgments(p[5])),
         "summaries": each(lambda _p, _r, kept, clips, one, _t: summarize_trajectories(
             kept, clips, average_judgments({"heuristic": one}), ["heuristic"])),
+        "summaries alone": each(lambda path, _r, kept, clips, _o, _t: summarize_trajectories(
+            kept, clips, averaged[path], ["heuristic"])),
     }
     counts = {
         "parse": sum(len(p[1]) for p in prepared),
@@ -128,15 +132,17 @@ def stage_section(files: list[Path], repeats: int) -> None:
         "average (1 judge)": sum(len(p[4]) for p in prepared),
         "average (3 judges)": sum(3 * len(p[4]) for p in prepared),
         "summaries": sum(len(p[2]) for p in prepared),
+        "summaries alone": sum(len(p[2]) for p in prepared),
     }
     medians = interleaved(jobs, repeats)
     units = {"parse": "records", "preprocess": "records", "clips": "trajectories",
-             "summaries": "trajectories"}
+             "summaries": "trajectories", "summaries alone": "trajectories"}
     table = [[name, counts[name], units.get(name, "judgment rows"), f"{medians[name]:.3f}",
               f"{counts[name] / medians[name]:,.0f}"] for name in jobs]
     print(tabulate(table, headers=[f"stage (median of {repeats})", "in", "unit", "seconds",
                                    "per s"]))
-    print("(summaries include their averaging; the heuristic judge's rows are the input)")
+    print("(summaries: with their averaging, from the heuristic judge's rows; summaries "
+          "alone: from the averaged table)")
 
 
 def _batch_stages(path: Path) -> tuple[int, int]:
