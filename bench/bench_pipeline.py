@@ -14,6 +14,8 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,r
   through parse, preprocess and clips, each drop in a fresh process.
 - ``repair``: tag repair of one record whose every ``<result>`` is left unclosed, at 5k,
   10k and 20k tool calls, against the previous (quadratic) implementation kept in the tests.
+- ``report`` (#12.5): evaluation_report's input with 50, 200 and 450 batches, read one
+  Parquet per batch against the summaries' index, and build_report on it.
 - ``dagster``: the CLI's Dagster path end to end, so orchestration cost per batch shows.
 - ``orchestration`` (#12.4): the CLI (a fresh process and DAGSTER_HOME, one run for all
   batches) on the inputs (``--orch-input``, default the whole corpora) against the sum of the
@@ -98,6 +100,7 @@ def stage_section(files: list[Path], repeats: int) -> None:
     config = PreprocessConfig()
     judge = make_judge(JudgeConfig(name="heuristic"))
     prepared = []
+    averaged: dict[Path, pd.DataFrame] = {}
     for path in files:
         raw, _q = ingest.read_batch(path, None, path.stem)
         kept, _r, _s = ingest.preprocess_batch(raw, config, registry)
@@ -106,6 +109,7 @@ def stage_section(files: list[Path], repeats: int) -> None:
         one = pd.DataFrame([r.model_dump() for r in rows])
         three = {"a": one, "b": _disagreeing(one, 0.9), "c": _disagreeing(one, 0.7)}
         prepared.append((path, raw, kept, clips, one, three))
+        averaged[path] = average_judgments({"heuristic": one})
 
     def each(fn: Callable[..., Any]) -> Callable[[], None]:
         return lambda: [fn(*p) for p in prepared] and None
@@ -118,6 +122,8 @@ def stage_section(files: list[Path], repeats: int) -> None:
         "average (3 judges)": each(lambda *p: average_judgments(p[5])),
         "summaries": each(lambda _p, _r, kept, clips, one, _t: summarize_trajectories(
             kept, clips, average_judgments({"heuristic": one}), ["heuristic"])),
+        "summaries alone": each(lambda path, _r, kept, clips, _o, _t: summarize_trajectories(
+            kept, clips, averaged[path], ["heuristic"])),
     }
     counts = {
         "parse": sum(len(p[1]) for p in prepared),
@@ -126,15 +132,17 @@ def stage_section(files: list[Path], repeats: int) -> None:
         "average (1 judge)": sum(len(p[4]) for p in prepared),
         "average (3 judges)": sum(3 * len(p[4]) for p in prepared),
         "summaries": sum(len(p[2]) for p in prepared),
+        "summaries alone": sum(len(p[2]) for p in prepared),
     }
     medians = interleaved(jobs, repeats)
     units = {"parse": "records", "preprocess": "records", "clips": "trajectories",
-             "summaries": "trajectories"}
+             "summaries": "trajectories", "summaries alone": "trajectories"}
     table = [[name, counts[name], units.get(name, "judgment rows"), f"{medians[name]:.3f}",
               f"{counts[name] / medians[name]:,.0f}"] for name in jobs]
     print(tabulate(table, headers=[f"stage (median of {repeats})", "in", "unit", "seconds",
                                    "per s"]))
-    print("(summaries include their averaging; the heuristic judge's rows are the input)")
+    print("(summaries: with their averaging, from the heuristic judge's rows; summaries "
+          "alone: from the averaged table)")
 
 
 def _batch_stages(path: Path) -> tuple[int, int]:
@@ -275,16 +283,31 @@ def cli_run(code: Path, inputs: Path, home: Path, out: Path, *extra: str) -> flo
     return time.perf_counter() - start
 
 
+def runs_seconds(home: Path) -> float:
+    """The graph's own wall time in a CLI run: the sum of its Dagster runs' start-to-end
+    times, read from the instance (the CLI's start-up, splitting and exports left out)."""
+    code = ("import dagster as dg\n"
+            "with dg.DagsterInstance.get() as i:\n"
+            "    print(sum(r.end_time - r.start_time for r in i.get_run_records()\n"
+            "              if r.start_time and r.end_time))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "DAGSTER_HOME": str(home)}, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def orchestration_section(inputs: Path, codes: list[Path], rounds: int) -> None:
     stages, batches = stage_seconds(inputs, 10)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, code in enumerate(codes):
             wall = cli_run(code, inputs, Path(tmp) / f"h{i}", Path(tmp) / f"o{i}")
-            rows.append([str(code), f"{wall:.1f}", f"{stages:.1f}", f"{wall / stages:.2f}"])
-    print(f"{inputs}: {batches} batches of 10, heuristic judge, one run for all batches")
-    print(tabulate(rows, headers=["CLI from", "wall s", "stage functions s",
-                                  "wall / stages"]))
+            graph = runs_seconds(Path(tmp) / f"h{i}")
+            rows.append([str(code), f"{wall:.1f}", f"{graph:.1f}", f"{stages:.1f}",
+                         f"{wall / stages:.2f}", f"{graph / stages:.2f}"])
+    print(f"{inputs}: {batches} batches of 10, heuristic judge, one run for all batches; "
+          f"load average {os.getloadavg()[0]:.1f} at the end")
+    print(tabulate(rows, headers=["CLI from", "CLI wall s", "runs s", "stage functions s",
+                                  "CLI wall / stages", "runs / stages"]))
     demo = CORPORA / "dataeva" / "demo02.jsonl"
     if not demo.exists() or rounds < 1:
         return
@@ -303,6 +326,55 @@ def orchestration_section(inputs: Path, codes: list[Path], rounds: int) -> None:
           "seconds per batch")
     print(tabulate(growth, headers=["CLI from", *(f"call {r + 1} (runs before: {11 * r})"
                                                   for r in range(rounds)), "last / first"]))
+
+
+def report_index_section(files: list[Path], repeats: int) -> None:
+    """#12.5: what evaluation_report's input costs with N batches: one Parquet read per
+    batch (the IO manager before) against the summaries' index (one file, a stat per
+    batch), both with the report's columns only; then build_report on what was read."""
+    from upath import UPath
+
+    from eval_pipeline.defs.pipeline.partition_index import read_index, update_index
+    from eval_pipeline.report import REPORT_INPUT_COLUMNS, build_report
+
+    judge = make_judge(JudgeConfig(name="heuristic"))
+    path = files[-1]
+    raw, _q = ingest.read_batch(path, None, path.stem)
+    kept, _r, _s = ingest.preprocess_batch(raw, PreprocessConfig(), default_registry())
+    clips = ingest.clips_table(kept)
+    rows = asyncio.run(run_judge(judge, ingest.clip_tasks(clips, kept)))
+    averaged = average_judgments({"heuristic": pd.DataFrame([r.model_dump() for r in rows])})
+    summary = summarize_trajectories(kept, clips, averaged, ["heuristic"]).head(10)
+    table = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (50, 200, 450):
+            folder = Path(tmp) / str(n)
+            folder.mkdir()
+            keys = [f"batch{i:04d}" for i in range(n)]
+            paths = {k: UPath(folder / f"{k}.parquet") for k in keys}
+            for k in keys:
+                summary.to_parquet(paths[k].path, index=False)
+            index = UPath(folder / "_index" / "trajectory_summaries.parquet")
+            update_index(index, dict.fromkeys(keys, summary), REPORT_INPUT_COLUMNS, paths)
+
+            def files_read(keys: list[str] = keys, paths: dict = paths) -> dict:
+                return {k: pd.read_parquet(paths[k].path, columns=REPORT_INPUT_COLUMNS)
+                        for k in keys}
+
+            def index_read(keys: list[str] = keys, paths: dict = paths,
+                           index: UPath = index) -> dict:
+                return read_index(index, keys, paths, REPORT_INPUT_COLUMNS)[0]
+
+            loaded = files_read()
+            medians = interleaved({"files": files_read, "index": index_read,
+                                   "report": lambda loaded=loaded: build_report(loaded)},
+                                  repeats)
+            table.append([n, n * len(summary), f"{medians['files']:.3f}",
+                          f"{medians['index']:.3f}",
+                          f"{medians['files'] / medians['index']:.1f} x",
+                          f"{medians['report']:.3f}"])
+    print(tabulate(table, headers=["batches", "trajectories", "per-batch files s", "index s",
+                                   "speed-up", "build_report s"]))
 
 
 def dagster_section(files: list[Path]) -> None:
@@ -361,6 +433,9 @@ def main() -> None:
     if "orchestration" in sections:
         print()
         orchestration_section(args.orch_input, args.code or [ROOT], args.orch_rounds)
+    if "report" in sections:
+        print()
+        report_index_section(files, args.repeats)
     if "dagster" in sections:
         print()
         dagster_section(files)

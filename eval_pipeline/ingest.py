@@ -11,6 +11,7 @@ import json
 import numbers
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from pydantic import BaseModel, Field
@@ -18,8 +19,21 @@ from pydantic import BaseModel, Field
 from eval_pipeline.clips import Clip, segment
 from eval_pipeline.formats import parse_file, reparser
 from eval_pipeline.judges.base import ClipTask, ClipView
-from eval_pipeline.models import QuarantinedRecord, Trajectory, steps_from_rows
-from eval_pipeline.preprocess import PreprocessConfig, PreprocessStats, preprocess_one, summarize
+from eval_pipeline.models import (
+    QuarantinedRecord,
+    Step,
+    Trajectory,
+    steps_from_rows,
+    steps_to_rows,
+)
+from eval_pipeline.preprocess import (
+    PreprocessConfig,
+    PreprocessStats,
+    Screening,
+    screen,
+    step_row_fields,
+    summarize,
+)
 from eval_pipeline.splitting import BatchManifest, drop_fingerprint
 from eval_pipeline.tool_registry import ToolRegistry, default_registry, load_registry
 
@@ -32,7 +46,6 @@ PREPROCESSED_EXTRA = [
     "tool_call_count", "has_duplicates", "format_corrected", "preprocessing_flags",
     "preprocessing_metadata", "beta_threshold",
 ]
-_TRAJECTORY_FIELDS = frozenset(Trajectory.model_fields)
 CLIP_COLUMNS = ["trajectory_id", "batch", "task_id", *Clip.model_fields]
 
 
@@ -110,56 +123,87 @@ def _frame(rows: list[dict[str, object]], columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: [r.get(c) for r in rows] for c in columns}, columns=columns)
 
 
-def _row_to_trajectory(row: dict) -> Trajectory:
-    data = dict(row)
-    data["steps"] = steps_from_rows(row["steps"])
-    data["extra"] = json.loads(row["extra"]) if row.get("extra") else {}
-    for key in ("expected_tools", "expected_calls"):
-        data[key] = json.loads(row[key]) if isinstance(row.get(key), str) else None
-    clean = {k: (None if isinstance(v, float) and pd.isna(v) else v) for k, v in data.items()
-             if k in _TRAJECTORY_FIELDS}
-    return Trajectory.model_validate(clean)
+def _na_to_none(value: object) -> object:
+    return None if isinstance(value, float) and value != value else value
+
+
+_STEP_KEYS = frozenset(Step.model_fields)
+
+
+def _step_rows(value: object) -> list[dict[str, Any]]:
+    """A ``steps`` cell as the list of step rows it holds. Rows with exactly the Step
+    fields (what ``Trajectory.to_row`` wrote, in memory or read back from Parquet) are
+    taken as they are; anything else (an older table) goes through the Step model."""
+    rows = list(value) if value is not None else []  # type: ignore[call-overload]
+    if all(isinstance(r, dict) and r.keys() == _STEP_KEYS for r in rows):
+        return rows
+    return steps_to_rows(steps_from_rows(rows))
 
 
 def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: ToolRegistry
                      ) -> tuple[pd.DataFrame, pd.DataFrame, PreprocessStats]:
-    outcomes = [
-        preprocess_one(t, config, registry, reparser(t.reparse, registry))
-        for t in (_row_to_trajectory(r) for r in raw.to_dict("records"))
-    ]
-    kept_rows, removed_rows = [], []
-    for o in outcomes:
-        if o.kept:
-            row = o.trajectory.to_row()
-            row.update({
-                "tool_call_count": o.tool_call_count,
-                "has_duplicates": o.has_duplicates,
-                "format_corrected": o.format_corrected,
-                # Judges read the limit the run used (a sequence over it is not optimal).
-                "beta_threshold": config.beta_threshold,
-                "preprocessing_flags": json.dumps(o.flags),
-                "preprocessing_metadata": json.dumps({
-                    "tool_call_count": o.tool_call_count,
-                    "has_duplicates": o.has_duplicates,
-                    "format_corrected": o.format_corrected,
-                    "format_fixes": o.format_fixes,
-                    "flags": o.flags,
-                    "tag_analysis": o.tag_analysis,
-                    # What the parser had to repair to read the record at all.
-                    "parser_notes": o.trajectory.extra.get("tag_notes", []),
-                }, ensure_ascii=False),
-            })
-            kept_rows.append(row)
-        else:
-            t = o.trajectory
+    """The three rules on every row, read column by column.
+
+    A kept row is the raw row with the preprocessing columns added (and, where the tags
+    were repaired, the repaired response and its re-cut steps): the same values as a round
+    trip through the Trajectory model gave, without one (#12.1; ``test_stage_digests``).
+    """
+    fields = list(Trajectory.model_fields)
+    n = len(raw)
+    columns: dict[str, list[Any]] = {
+        c: ([_na_to_none(v) for v in raw[c].tolist()] if c in raw.columns else [None] * n)
+        for c in fields}
+    reparsers = {rule: reparser(rule, registry) for rule in set(columns["reparse"])}
+    outcomes: list[Screening] = []
+    kept_rows: list[dict[str, object]] = []
+    removed_rows: list[dict[str, object]] = []
+    for i in range(n):
+        steps = _step_rows(columns["steps"][i])
+        found = screen(columns["raw_response"][i], [step_row_fields(r) for r in steps],
+                       config, registry, reparsers[columns["reparse"][i]])
+        outcomes.append(found)
+        flags = found.flags
+        if not found.kept:
             removed_rows.append({
-                "trajectory_id": t.trajectory_id, "batch": t.batch, "task_id": t.task_id,
-                "source_file": t.source_file, "source_line": t.source_line,
-                "reason": o.removal_reason, "detail": "; ".join(o.flags),
-                "tool_call_count": o.tool_call_count,
-                "duplicate_calls": json.dumps(o.duplicate_calls, ensure_ascii=False),
+                "trajectory_id": columns["trajectory_id"][i], "batch": columns["batch"][i],
+                "task_id": columns["task_id"][i], "source_file": columns["source_file"][i],
+                "source_line": columns["source_line"][i], "reason": found.removal_reason,
+                "detail": "; ".join(flags), "tool_call_count": found.tool_call_count,
+                "duplicate_calls": json.dumps(found.duplicate_calls, ensure_ascii=False),
             })
-    kept = _frame(kept_rows, list(Trajectory.model_fields) + PREPROCESSED_EXTRA)
+            continue
+        row: dict[str, Any] = {c: columns[c][i] for c in fields}
+        extra: str = row["extra"] or "{}"
+        row["extra"] = extra
+        for key in ("expected_tools", "expected_calls"):
+            row[key] = row[key] if isinstance(row[key], str) else None
+        if found.steps is not None:
+            row["raw_response"] = found.text
+            row["steps"] = steps_to_rows(found.steps)
+        else:
+            row["steps"] = steps
+        fixed = bool(found.format_fixes)
+        duplicated = bool(found.duplicate_calls)
+        row.update({
+            "tool_call_count": found.tool_call_count,
+            "has_duplicates": duplicated,
+            "format_corrected": fixed,
+            # Judges read the limit the run used (a sequence over it is not optimal).
+            "beta_threshold": config.beta_threshold,
+            "preprocessing_flags": json.dumps(flags),
+            "preprocessing_metadata": json.dumps({
+                "tool_call_count": found.tool_call_count,
+                "has_duplicates": duplicated,
+                "format_corrected": fixed,
+                "format_fixes": found.format_fixes,
+                "flags": flags,
+                "tag_analysis": found.tag_analysis,
+                # What the parser had to repair to read the record at all.
+                "parser_notes": json.loads(extra).get("tag_notes", []),
+            }, ensure_ascii=False),
+        })
+        kept_rows.append(row)
+    kept = _frame(kept_rows, fields + PREPROCESSED_EXTRA)
     return kept, pd.DataFrame(removed_rows, columns=REPORT_COLUMNS), summarize(outcomes)
 
 

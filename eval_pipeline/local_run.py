@@ -8,6 +8,7 @@ metadata and lineage show up in ``dagster dev``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -32,6 +33,8 @@ from eval_pipeline.splitting import (
     DROP_SUFFIXES,
     MANIFEST_SUFFIX,
     BatchManifest,
+    MissingBatchError,
+    find_batch,
     partition_key_for,
     split_batch_folder,
     split_drop,
@@ -94,6 +97,17 @@ _EARLIER_INSTANCE_YAMLS = (
 )
 
 
+_EARLIER_TEMPLATE_SHA256 = frozenset({
+    # the commented template before the event log storage (#12.4)
+    "051b4da90158783efd7fa490b9702fcd47610a29f1f586194fc5285a3f8e0a7e",
+})
+
+
+def _written_by_earlier_cli(text: str) -> bool:
+    return (text in _EARLIER_INSTANCE_YAMLS
+            or hashlib.sha256(text.encode("utf-8")).hexdigest() in _EARLIER_TEMPLATE_SHA256)
+
+
 def hide_beta_warnings() -> None:
     """Dagster marks single-run backfill policies "beta": a notice for the project's
     developers, not for someone evaluating trajectories (the CLI shows it with --verbose)."""
@@ -106,7 +120,7 @@ def ensure_dagster_home() -> Path:
     home = Path(os.environ.get("DAGSTER_HOME") or default_dagster_home()).resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    if not config.exists() or config.read_text("utf-8") in _EARLIER_INSTANCE_YAMLS:
+    if not config.exists() or _written_by_earlier_cli(config.read_text("utf-8")):
         config.write_text(INSTANCE_TEMPLATE.read_text("utf-8"), "utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     return home
@@ -339,6 +353,8 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
         ordered = instance.get_dynamic_partitions(BATCHES_PARTITION)
     if batches_per_run is None and workers > 1:
         batches_per_run = -(-len(keys) // workers)  # one run per worker
+    if batches_per_run is None:
+        batches_per_run = batches_within(where.batches, keys, RUN_BATCH_BYTES)
     runs = batch_ranges(keys, ordered, batches_per_run)
     shares = [runs[i::workers] for i in range(workers)] if workers > 1 else [runs]
     shares = [share for share in shares if share]
@@ -374,6 +390,27 @@ def _store(store: Path | None) -> Store:
         return resolve_store(store)
     except StoreLocationError as exc:
         raise PipelineInputError(str(exc)) from None
+
+
+RUN_BATCH_BYTES = 64 * 2**20
+"""Without ``--batches-per-run``, a run holds batches up to about this many bytes of batch
+files: a run's steps hold every one of its batches' tables at once, so an unbounded run made
+the CLI's memory grow with the drop (#12.3). A drop below it (the whole corpora is 18 MB) is
+still one run."""
+
+
+def batches_within(batches_dir: Path, keys: Sequence[str], limit: int) -> int | None:
+    """How many batches of their mean file size fit in ``limit`` bytes; None for all."""
+    sizes = []
+    for key in keys:
+        try:
+            path, _manifest = find_batch(batches_dir, key)
+            sizes.append(path.stat().st_size)
+        except (MissingBatchError, OSError):
+            continue
+    if not sizes or sum(sizes) <= limit:
+        return None
+    return max(1, int(limit // (sum(sizes) / len(sizes))))
 
 
 def forget_batches(keys: Sequence[str]) -> list[str]:

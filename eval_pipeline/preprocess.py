@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -227,8 +228,14 @@ def call_identity(step: Step, registry: ToolRegistry) -> str:
     a call whose text is not a single tool element (chat formats, ``<tool_call>`` JSON, a
     wrapper holding text or several calls) keeps the parser's own name and input.
     """
-    tags = set(registry.tool_tags)
-    text = step.content
+    return _identity(step.content, step.tool_input, step.tool_type, step.tool_name, registry)
+
+
+def _identity(content: str, tool_input: str | None, tool_type: str | None,
+              tool_name: str | None, registry: ToolRegistry) -> str:
+    """:func:`call_identity` of a call given by its fields (a Step or a ``steps`` row)."""
+    tags = registry.tool_tag_set
+    text = content
     element = _single_element(text)
     while element is not None and element[0] not in tags:
         text = element[1]
@@ -236,13 +243,12 @@ def call_identity(step: Step, registry: ToolRegistry) -> str:
     if element is not None:
         tag, body = element
         action = _single_element(body)
-        name, tool_input = action if action is not None else (tag, body)
+        name, call_input = action if action is not None else (tag, body)
         # Typed by the tool tag: the parser typed a wrapped call by its wrapper's first
         # inner tag, which for two wrappers is the inner wrapper (generic).
-        tool_type = registry.tool_type_for_tag(tag)
-        return f"{tool_type}:{name}:{' '.join(tool_input.split())}"
-    body = step.tool_input if step.tool_input is not None else step.content
-    return f"{step.tool_type}:{step.tool_name}:{' '.join(body.split())}"
+        return f"{registry.tool_type_for_tag(tag)}:{name}:{' '.join(call_input.split())}"
+    body = tool_input if tool_input is not None else content
+    return f"{tool_type}:{tool_name}:{' '.join(body.split())}"
 
 
 def find_consecutive_duplicates(steps: Sequence[Step],
@@ -253,21 +259,93 @@ def find_consecutive_duplicates(steps: Sequence[Step],
     a repeat. ``registry`` (which tags are tools) defaults to the built-in one.
     """
     reg = default_registry() if registry is None else registry
-    identities = [call_identity(s, reg) for s in steps if s.kind == "tool_call"]
+    return _duplicates([_call_fields(s) for s in steps], reg)
+
+
+_CallFields = tuple[str, str, str | None, str | None, str | None]
+"""A step's kind, content, tool_input, tool_type and tool_name: all the rules read."""
+
+
+def _call_fields(step: Step) -> _CallFields:
+    return step.kind, step.content, step.tool_input, step.tool_type, step.tool_name
+
+
+def step_row_fields(row: Mapping[str, Any]) -> _CallFields:
+    return row["kind"], row["content"], row["tool_input"], row["tool_type"], row["tool_name"]
+
+
+def _duplicates(steps: Sequence[_CallFields], registry: ToolRegistry) -> list[str]:
+    identities = [_identity(content, tool_input, tool_type, tool_name, registry)
+                  for kind, content, tool_input, tool_type, tool_name in steps
+                  if kind == "tool_call"]
     return [b[:200] for a, b in pairwise(identities) if a == b]
+
+
+_ANY_TAG = re.compile(r"<([A-Za-z_][\w-]*)(?:\s[^<>]*)?/?>")
 
 
 def tag_analysis(text: str, steps: Sequence[Step]) -> dict[str, int]:
     """Count of each tag in the response (the original tool's ``tag_analysis``)."""
-    counts: Counter[str] = Counter()
-    for match in re.finditer(r"<([A-Za-z_][\w-]*)(?:\s[^<>]*)?/?>", text):
-        counts[match.group(1).lower()] += 1
+    return _tag_counts(text, [s.kind for s in steps])
+
+
+def _tag_counts(text: str, kinds: Iterable[str]) -> dict[str, int]:
+    counts = Counter(name.lower() for name in _ANY_TAG.findall(text))
     if not counts:
-        counts.update(s.kind for s in steps)
+        counts.update(kinds)
     return dict(sorted(counts.items()))
 
 
 Reparser = Callable[[str], list[Step]]
+
+
+@dataclass
+class Screening:
+    """What the three rules decided for one response (the fields of an outcome)."""
+
+    text: str
+    steps: list[Step] | None
+    """The re-cut steps of a repaired response; None when the response was not changed."""
+    kept: bool
+    removal_reason: str | None
+    flags: list[str]
+    tool_call_count: int
+    duplicate_calls: list[str]
+    format_fixes: list[str]
+    tag_analysis: dict[str, int]
+
+
+def screen(text: str, steps: Sequence[_CallFields], config: PreprocessConfig,
+           registry: ToolRegistry, reparse: Reparser | None = None) -> Screening:
+    """Apply the three rules to one response and its steps (as their fields).
+
+    ``reparse`` re-cuts steps from a repaired response; formats whose response is rendered
+    by the parser (chat, spans) need no repair and pass ``None``.
+    """
+    fixes: list[str] = []
+    new_steps: list[Step] | None = None
+    if config.repair_tags and reparse is not None:
+        repair = repair_tags(text, registry.tool_tags)
+        if repair.corrected:
+            fixes = repair.fixes
+            text = repair.text
+            new_steps = reparse(text)
+            steps = [_call_fields(s) for s in new_steps]
+    count = sum(1 for s in steps if s[0] == "tool_call")
+    duplicates = _duplicates(steps, registry)
+    flags: list[str] = []
+    reason: str | None = None
+    if count > config.beta_threshold:
+        if config.frequency_filter == "remove":
+            reason = "frequency"
+        flags.append(f"frequency: {count} tool calls > beta_threshold {config.beta_threshold}")
+    if duplicates and reason is None:
+        if config.duplicate_filter == "remove":
+            reason = "duplicates"
+        flags.append(f"duplicates: {len(duplicates)} consecutive identical call(s)")
+    return Screening(text=text, steps=new_steps, kept=reason is None, removal_reason=reason,
+                     flags=flags, tool_call_count=count, duplicate_calls=duplicates,
+                     format_fixes=fixes, tag_analysis=_tag_counts(text, (s[0] for s in steps)))
 
 
 def preprocess_one(
@@ -281,48 +359,32 @@ def preprocess_one(
     ``reparse`` re-cuts steps from a repaired response; formats whose response is rendered
     by the parser (chat, spans) need no repair and pass ``None``.
     """
-    fixes: list[str] = []
-    if config.repair_tags and reparse is not None:
-        repair = repair_tags(trajectory.raw_response, registry.tool_tags)
-        if repair.corrected:
-            fixes = repair.fixes
-            trajectory = trajectory.model_copy(
-                update={"raw_response": repair.text, "steps": reparse(repair.text)}
-            )
-    steps = trajectory.steps
-    count = sum(1 for s in steps if s.kind == "tool_call")
-    duplicates = find_consecutive_duplicates(steps, registry)
-    flags: list[str] = []
-    reason: str | None = None
-    if count > config.beta_threshold:
-        if config.frequency_filter == "remove":
-            reason = "frequency"
-        flags.append(f"frequency: {count} tool calls > beta_threshold {config.beta_threshold}")
-    if duplicates and reason is None:
-        if config.duplicate_filter == "remove":
-            reason = "duplicates"
-        flags.append(f"duplicates: {len(duplicates)} consecutive identical call(s)")
+    found = screen(trajectory.raw_response, [_call_fields(s) for s in trajectory.steps],
+                   config, registry, reparse)
+    if found.steps is not None:
+        trajectory = trajectory.model_copy(
+            update={"raw_response": found.text, "steps": found.steps})
     return PreprocessOutcome(
         trajectory=trajectory,
-        kept=reason is None,
-        removal_reason=reason,
-        flags=flags,
-        tool_call_count=count,
-        has_duplicates=bool(duplicates),
-        duplicate_calls=duplicates,
-        format_corrected=bool(fixes),
-        format_fixes=fixes,
-        tag_analysis=tag_analysis(trajectory.raw_response, steps),
+        kept=found.kept,
+        removal_reason=found.removal_reason,
+        flags=found.flags,
+        tool_call_count=found.tool_call_count,
+        has_duplicates=bool(found.duplicate_calls),
+        duplicate_calls=found.duplicate_calls,
+        format_corrected=bool(found.format_fixes),
+        format_fixes=found.format_fixes,
+        tag_analysis=found.tag_analysis,
     )
 
 
-def summarize(outcomes: Sequence[PreprocessOutcome]) -> PreprocessStats:
+def summarize(outcomes: Sequence[PreprocessOutcome | Screening]) -> PreprocessStats:
     stats = PreprocessStats(total=len(outcomes))
     for o in outcomes:
         stats.valid += o.kept
         stats.removed_frequency += o.removal_reason == "frequency"
         stats.removed_duplicates += o.removal_reason == "duplicates"
         stats.flagged_frequency += o.kept and any(f.startswith("frequency") for f in o.flags)
-        stats.flagged_duplicates += o.kept and o.has_duplicates
-        stats.format_issues_fixed += o.format_corrected
+        stats.flagged_duplicates += o.kept and bool(o.duplicate_calls)
+        stats.format_issues_fixed += bool(o.format_fixes)
     return stats

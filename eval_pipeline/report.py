@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from statistics import fmean
+from typing import Any
 
 import pandas as pd
 
@@ -41,12 +42,12 @@ The report reads only these from each batch's Parquet: the responses with embedd
 evaluations, nearly all of a summary's bytes, are never loaded for it."""
 
 
-def _react_accuracies(df: pd.DataFrame) -> dict[str, float | None]:
+def _react_accuracies(metas: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
     pooled: dict[str, list[float]] = {"thought_to_tool": [0.0, 0.0],
                                       "query_to_thought": [0.0, 0.0]}
     sequence: list[float] = []
-    for meta in df["evaluation_metadata"]:
-        react = json.loads(meta).get("react_evaluations")
+    for meta in metas:
+        react = meta.get("react_evaluations")
         if not react:
             continue
         for kind, acc in pooled.items():
@@ -67,9 +68,18 @@ def _react_accuracies(df: pd.DataFrame) -> dict[str, float | None]:
     }
 
 
+_AGREEMENT_COLUMNS = ("overall_trajectory_score", "labelled_clips", "final_label", "reward",
+                      "success")
+"""What the AUCs read: the score, the clips' labels, and ``outcome_of``'s three labels."""
+
+
 def _label_agreement(df: pd.DataFrame) -> dict[str, float | int | None]:
     """Do the judges rank what the source labelled good above what it labelled bad?"""
-    rows = df.to_dict("records")
+    # Records of only the columns read here: converting every column (the metadata JSON
+    # too) to Python was half of build_report (#12.5).
+    names = [c for c in _AGREEMENT_COLUMNS if c in df.columns]
+    rows = [dict(zip(names, values, strict=True))
+            for values in zip(*(df[c].tolist() for c in names), strict=True)]
     outcome = auc((r["overall_trajectory_score"], outcome_of(r)) for r in rows)
     steps = auc((score, step_label_positive(label))
                 for r in rows if isinstance(r.get("labelled_clips"), str)
@@ -82,11 +92,13 @@ def _label_agreement(df: pd.DataFrame) -> dict[str, float | int | None]:
     }
 
 
-def _row(batch: str, df: pd.DataFrame) -> dict:
+def _row(batch: str, df: pd.DataFrame, metas: Sequence[Mapping[str, Any]]) -> dict:
+    """One report row; ``metas`` is ``df``'s evaluation_metadata decoded (once per
+    trajectory for all rows, not once per figure and row, #12.5)."""
     scored = df["overall_trajectory_score"].dropna()
     tool_scores: dict[str, list[float]] = defaultdict(list)
-    for meta in df["evaluation_metadata"]:
-        for tool, avg in json.loads(meta)["tool_averages"].items():
+    for meta in metas:
+        for tool, avg in meta["tool_averages"].items():
             if avg["overall_average"] is not None:
                 tool_scores[tool].append(avg["overall_average"])
     clips = int(df["total_clips"].sum())
@@ -103,23 +115,24 @@ def _row(batch: str, df: pd.DataFrame) -> dict:
         "clip_success_rate": ok / clips if clips else None,
         "mean_overall_score": float(scored.mean()) if len(scored) else None,
         "agent_success_rate": float(success.astype(bool).mean()) if len(success) else None,
-        **_react_accuracies(df),
-        **pooled_breakdown(df["evaluation_metadata"]),
+        **_react_accuracies(metas),
+        **pooled_breakdown(metas),
         "routing_checked": len(routed),
         "routing_pass_rate": float(routed.astype(bool).mean()) if len(routed) else None,
         **_label_agreement(df),
         "tool_type_means": json.dumps({t: round(fmean(v), 4)
                                        for t, v in sorted(tool_scores.items())}),
-        **pooled_assessments(df["evaluation_metadata"]),
+        **pooled_assessments(metas),
     }
 
 
 def build_report(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    frames = {k: v for k, v in summaries.items() if v is not None}
-    rows = [_row(str(k), v) for k, v in sorted(frames.items()) if len(v)]
-    nonempty = [v for v in frames.values() if len(v)]
-    if nonempty:
-        rows.append(_row("ALL", pd.concat(nonempty, ignore_index=True)))
+    frames = {k: v for k, v in summaries.items() if v is not None and len(v)}
+    metas = {k: [json.loads(m) for m in v["evaluation_metadata"]] for k, v in frames.items()}
+    rows = [_row(str(k), v, metas[k]) for k, v in sorted(frames.items())]
+    if frames:
+        rows.append(_row("ALL", pd.concat(list(frames.values()), ignore_index=True),
+                         [m for k in frames for m in metas[k]]))
     return pd.DataFrame(rows, columns=REPORT_COLUMNS)
 
 

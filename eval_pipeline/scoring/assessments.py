@@ -104,8 +104,9 @@ def assessment_blocks(rows: Sequence[Mapping[str, Any]]) -> str:
     return "".join(parts)
 
 
-def pooled_assessments(metadata_texts: Iterable[str]) -> dict[str, Any]:
-    """The report's figures over many trajectories' ``evaluation_metadata`` (JSON):
+def pooled_assessments(metadata_texts: Iterable[str | Mapping[str, Any]]) -> dict[str, Any]:
+    """The report's figures over many trajectories' ``evaluation_metadata`` (JSON, or that
+    JSON decoded):
 
     - ``trajectory_assessment_mean``: mean of the final assessments' ``overall_average``
       over the trajectories that have one (None when none has);
@@ -118,7 +119,7 @@ def pooled_assessments(metadata_texts: Iterable[str]) -> dict[str, Any]:
     final_metrics: dict[str, list[float]] = defaultdict(list)
     per_category: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for text in metadata_texts:
-        meta = json.loads(text)
+        meta = json.loads(text) if isinstance(text, str) else text
         final = meta.get(FINAL_KEY) or {}
         if final.get("overall_average") is not None:
             final_overall.append(float(final["overall_average"]))

@@ -69,15 +69,16 @@ def react_breakdown(react_rows: Sequence[Mapping[str, Any]], tools: Mapping[int,
     }
 
 
-def pooled_breakdown(metadata_texts: Iterable[str]) -> dict[str, Any]:
+def pooled_breakdown(metadata_texts: Iterable[str | Mapping[str, Any]]) -> dict[str, Any]:
     """Combined accuracy and tool usage over many trajectories (their ``evaluation_metadata``
-    JSON), for a report row: ``combined_accuracy`` and ``tool_usage`` (JSON, tools by
-    calls, most used first)."""
+    JSON, or that JSON decoded), for a report row: ``combined_accuracy`` and ``tool_usage``
+    (JSON, tools by calls, most used first)."""
     correct = scored = 0
     usage: dict[str, dict[str, float]] = defaultdict(lambda: {"calls": 0, "scored": 0,
                                                                "correct": 0.0})
     for text in metadata_texts:
-        react = json.loads(text).get("react_evaluations") or {}
+        meta = json.loads(text) if isinstance(text, str) else text
+        react = meta.get("react_evaluations") or {}
         combined = react.get(COMBINED_KEY) or {}
         correct += int(combined.get("correct") or 0)
         scored += int(combined.get("scored") or 0)

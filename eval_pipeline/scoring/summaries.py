@@ -266,6 +266,11 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
     assessed_by_traj: dict[str, list[dict[str, Any]]] = defaultdict(list)
     has_react = False
     for r in _records(averaged):
+        # Decoded once per row: the blocks, metadata and breakdowns each read the scores
+        # and label counts (``json_object`` passes a decoded value through), #12.2.
+        r["scores"] = json_object(r["scores"])
+        if "label_counts" in r:
+            r["label_counts"] = json_object(r["label_counts"])
         if r["evaluation_kind"] == EVAL_KIND_CLIP:
             rubric_by_traj[r["trajectory_id"]].append(r)
         elif r["evaluation_kind"] in REACT_EVALUATIONS:

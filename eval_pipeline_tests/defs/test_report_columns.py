@@ -48,7 +48,8 @@ def test_report_from_the_summary_columns_equals_the_report_from_full_tables(
     projected = {b: t[[c for c in REPORT_INPUT_COLUMNS if c in t.columns]]
                  for b, t in full.items()}
     pd.testing.assert_frame_equal(build_report(projected), expected)
-    # ... and the asset, which loads only those columns through the IO manager.
+    # ... and the asset, which loads only those columns from the summaries' index (#12.5).
+    assert (store / "assets" / "_index" / "trajectory_summaries.parquet").is_file()
     stored = pd.read_parquet(store / "assets" / "evaluation_report.parquet")
     pd.testing.assert_frame_equal(stored, expected)
     with dg.DagsterInstance.get() as instance:

@@ -26,7 +26,14 @@ from upath import UPath
 
 from eval_pipeline.atomic import write_atomic
 from eval_pipeline.defs.pipeline.assets.metadata import add_batch_metadata
+from eval_pipeline.defs.pipeline.partition_index import read_index, update_index
 from eval_pipeline.store import resolve_store
+
+INDEX_COLUMNS = "index_columns"
+"""Asset metadata: these columns of every partition are kept in one index file
+(:mod:`eval_pipeline.defs.pipeline.partition_index`), updated as partitions are written."""
+FROM_INDEX = "from_index"
+"""Input metadata: read the upstream partitions from its index, not one file each."""
 
 Frames = dict[str, pd.DataFrame]
 """One DataFrame per batch partition of a run: what partitioned assets return and read."""
@@ -40,7 +47,7 @@ class ParquetUPathIOManager(dg.UPathIOManager):
             raise TypeError(f"{context.asset_key.to_user_string()} must be a DataFrame, "
                             f"got {type(obj).__name__}")
         if path.protocol in ("", "file"):  # a reader never sees a half-written table
-            write_atomic(Path(path.path), partial(obj.to_parquet, index=False))
+            write_atomic(Path(path.path), partial(obj.to_parquet, index=False), sync=False)
             return
         # Object stores (s3://, gs://) publish an object only once its upload completes.
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +84,29 @@ class ParquetUPathIOManager(dg.UPathIOManager):
                 context.add_output_metadata(metadata)
             else:  # output metadata would land on every partition's materialization alike
                 add_batch_metadata(context.step_context, metadata, context.asset_key, key, keys)
+        columns = (context.definition_metadata or {}).get(INDEX_COLUMNS)
+        if columns:  # once per run, after every partition's own file is written
+            update_index(self.index_path(context.asset_key), frames, columns, paths)
+
+    def index_path(self, key: dg.AssetKey) -> UPath:
+        """``<base>/_index/<asset key path>.parquet``."""
+        return self._base_path.joinpath("_index", *key.path[:-1], f"{key.path[-1]}.parquet")
+
+    def load_partitions(self, context: dg.InputContext) -> dict[str, Any]:
+        """With ``from_index`` in the input's metadata, the partitions come from the
+        upstream asset's index (one file), and only those it cannot answer for (not
+        indexed, or written since) from their own files (#12.5)."""
+        if not (context.definition_metadata or {}).get(FROM_INDEX):
+            return super().load_partitions(context)
+        keys = list(context.asset_partition_keys)
+        paths = self._get_paths_for_partitions(context)
+        found, stale = read_index(self.index_path(context.asset_key), keys, paths,
+                                  (context.definition_metadata or {}).get("columns"))
+        for key in stale:
+            loaded = self._load_partition_from_path(context, key, paths[key])
+            if loaded is not None:
+                found[key] = loaded
+        return {key: found[key] for key in keys if key in found}
 
     def load_input(self, context: dg.InputContext) -> pd.DataFrame | Frames | None:
         """An input typed ``dict[str, DataFrame]`` always gets a dict keyed by batch.

@@ -16,11 +16,14 @@ batch's data version per batch, and the previous scores are read from the previo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import dagster as dg
 import pandas as pd
+from dagster import DagsterEventType
 from upath import UPath
 
 from eval_pipeline.judges.config import JudgeConfig
@@ -41,8 +44,55 @@ RAW_KEY = dg.AssetKey("raw_trajectories")
 CLIP_KEYS = ("trajectory_id", "clip_index", "evaluation_kind", "tool_type")
 
 
+_PREFETCHED: ContextVar[Mapping[tuple[dg.AssetKey, str], dg.AssetMaterialization | None]
+                       | None] = ContextVar("eval_pipeline_latest_materializations", default=None)
+
+
+def prefetch(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey],
+             partitions: Sequence[str]
+             ) -> dict[tuple[dg.AssetKey, str], dg.AssetMaterialization | None]:
+    """The latest materialization of each of ``keys`` x ``partitions`` in two queries per
+    key (each partition's latest storage id, then those records), not one per batch."""
+    found: dict[tuple[dg.AssetKey, str], dg.AssetMaterialization | None] = {}
+    for key in keys:
+        ids = instance.event_log_storage.get_latest_storage_id_by_partition(
+            key, DagsterEventType.ASSET_MATERIALIZATION, set(partitions))
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, storage_ids=list(ids.values())),
+            limit=len(ids)).records if ids else []
+        by_id = {r.storage_id: r.asset_materialization for r in records}
+        for partition in partitions:
+            storage_id = ids.get(partition)
+            found[(key, partition)] = by_id.get(storage_id) if storage_id else None
+    return found
+
+
+@contextmanager
+def using(found: Mapping[tuple[dg.AssetKey, str], dg.AssetMaterialization | None]
+          ) -> Iterator[None]:
+    """Within the block, :func:`latest_materialization` answers from ``found`` (see
+    :func:`prefetch`) where it can (#12.4). For metadata an asset computes before it yields
+    its outputs: nothing it materializes in the block is seen, as with a query per batch."""
+    token = _PREFETCHED.set(found)
+    try:
+        yield
+    finally:
+        _PREFETCHED.reset(token)
+
+
+@contextmanager
+def prefetched(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey],
+               partitions: Sequence[str]) -> Iterator[None]:
+    """:func:`prefetch` and :func:`using` in one block."""
+    with using(prefetch(instance, keys, partitions)):
+        yield
+
+
 def latest_materialization(instance: dg.DagsterInstance, key: dg.AssetKey,
                            partition: str | None = None) -> dg.AssetMaterialization | None:
+    known = _PREFETCHED.get()
+    if known is not None and partition is not None and (key, partition) in known:
+        return known[(key, partition)]
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=key,
                               asset_partitions=[partition] if partition else None),

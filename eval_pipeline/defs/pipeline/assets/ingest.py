@@ -7,7 +7,7 @@ import dagster as dg
 import pandas as pd
 
 from eval_pipeline import contracts, ingest
-from eval_pipeline.defs.pipeline.assets.changes import latest_materialization
+from eval_pipeline.defs.pipeline.assets.changes import prefetch
 from eval_pipeline.defs.pipeline.assets.metadata import counts, per_batch_output, preview
 from eval_pipeline.defs.pipeline.io_manager import Frames
 from eval_pipeline.defs.pipeline.partitions import (
@@ -184,6 +184,9 @@ def preprocessed_trajectories(
     not_accounted: dict[str, object] = {}
     config, registry = pipeline.preprocess_config(), pipeline.read_options().registry()
     totals: list[PreprocessStats] = []
+    raw_key = dg.AssetKey("raw_trajectories")
+    # What raw_trajectories recorded for each batch, in two queries for the run (#12.4).
+    ingested_by_batch = prefetch(context.instance, [raw_key], context.partition_keys)
     for batch in context.partition_keys:
         raw = raw_trajectories[batch]
         kept, removed, stats = ingest.preprocess_batch(raw, config, registry)
@@ -192,8 +195,7 @@ def preprocessed_trajectories(
         if len(kept) + len(removed) != len(raw):
             unbalanced[batch] = {"kept": len(kept), "removed": len(removed),
                                  "parsed": len(raw)}
-        ingested = latest_materialization(context.instance, dg.AssetKey("raw_trajectories"),
-                                          batch)
+        ingested = ingested_by_batch[(raw_key, batch)]
         read, quarantined = (recorded_count(ingested, "records_read"),
                              recorded_count(ingested, "quarantined"))
         if contracts.unaccounted(read, len(kept), len(removed), quarantined):

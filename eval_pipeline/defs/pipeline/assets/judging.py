@@ -18,9 +18,13 @@ import pandas as pd
 
 from eval_pipeline import contracts, ingest
 from eval_pipeline.defs.pipeline.assets.changes import (
+    RAW_KEY,
     averaged_changes,
     judgment_changes,
+    prefetch,
+    prefetched,
     upstream_versions,
+    using,
 )
 from eval_pipeline.defs.pipeline.assets.contracts import batch_check, spec
 from eval_pipeline.defs.pipeline.assets.metadata import metric_means, per_batch_output, preview
@@ -43,6 +47,7 @@ from eval_pipeline.scoring.averaging import AVERAGED_COLUMNS
 from eval_pipeline.versions import source_version
 
 JUDGING_GROUP = "judging"
+AVERAGED_KEY = dg.AssetKey("averaged_scores")
 JUDGE_POOL = "judge_api"
 JUDGMENT_COLUMNS = list(JudgmentRow.model_fields)
 _MODULE = {"heuristic": "heuristic", "openai": "openai_judge",
@@ -142,7 +147,11 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
         batches = list(context.partition_keys)
         tasks = {b: ingest.clip_tasks(clips[b], preprocessed_trajectories[b]) for b in batches}
         every_task = [t for b in batches for t in tasks[b]]
-        versions = {b: upstream_versions(context.instance, b, chosen) for b in batches}
+        # The batches' latest materializations, in two queries per asset for the run (#12.4).
+        known = prefetch(context.instance, [RAW_KEY, *(judgment_asset_key(c) for c in chosen)],
+                         batches)
+        with using(known):
+            versions = {b: upstream_versions(context.instance, b, chosen) for b in batches}
         states: dict[str, object] = {}  # batch-mode judges: their provider batches
         outcomes = await asyncio.gather(*(
             judge_batches(context, c, every_task, batches, states) if c.mode == "batch" else
@@ -154,10 +163,12 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
                 context.log.error(f"judge {config.name!r} failed: {outcome.failed}")
             split = rows_by_batch(outcome.rows, tasks)
             tables = {b: judgment_table(r) for b, r in split.items()}
-            metadata = {b: judgment_metadata(config, split[b], tables[b], outcome,
-                                             states.get(config.name))
-                        | judgment_changes(context.instance, config, b, tables[b], versions[b])
-                        for b in batches}
+            with using(known):
+                metadata = {b: judgment_metadata(config, split[b], tables[b], outcome,
+                                                 states.get(config.name))
+                            | judgment_changes(context.instance, config, b, tables[b],
+                                               versions[b])
+                            for b in batches}
             out_of_range = {b: n for b, t in tables.items() if (n := out_of_range_scores(t))}
             yield per_batch_output(context, tables, metadata, output_name(config),
                                    judgment_asset_key(config))
@@ -327,10 +338,11 @@ def build_averaged_scores_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefi
         tables = {b: average_judgments({names[k]: v[b] for k, v in judgments.items()},
                                        pipeline.disagreement_threshold)
                   for b in context.partition_keys}
-        yield per_batch_output(context, tables, {
-            b: averaged_metadata(table, sorted(names.values()))
-            | averaged_changes(context.instance, b, table, configs)
-            for b, table in tables.items()})
+        with prefetched(context.instance, [AVERAGED_KEY, RAW_KEY], context.partition_keys):
+            metadata = {b: averaged_metadata(table, sorted(names.values()))
+                        | averaged_changes(context.instance, b, table, configs)
+                        for b, table in tables.items()}
+        yield per_batch_output(context, tables, metadata)
         yield from averaged_checks(tables, context.resources.pipeline)
 
     return averaged_scores

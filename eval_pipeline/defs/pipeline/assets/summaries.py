@@ -7,8 +7,14 @@ from collections.abc import Sequence
 import dagster as dg
 import pandas as pd
 
-from eval_pipeline.defs.pipeline.assets.changes import report_changes, summary_changes
+from eval_pipeline.defs.pipeline.assets.changes import (
+    RAW_KEY,
+    prefetched,
+    report_changes,
+    summary_changes,
+)
 from eval_pipeline.defs.pipeline.assets.metadata import per_batch_output, preview
+from eval_pipeline.defs.pipeline.io_manager import FROM_INDEX, INDEX_COLUMNS
 from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.exports.report_document import report_metadata_markdown
 from eval_pipeline.judges.config import JudgeConfig
@@ -24,6 +30,7 @@ from eval_pipeline.scoring import summarize_trajectories
 from eval_pipeline.versions import source_version
 
 SUMMARY_GROUP = "summaries"
+SUMMARIES_KEY = dg.AssetKey("trajectory_summaries")
 
 
 def model_names(configs: Sequence[JudgeConfig]) -> list[str]:
@@ -40,6 +47,8 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         kinds={"pandas", "parquet"},
         code_version=source_version("eval_pipeline.scoring.summaries", "eval_pipeline.report",
                                     "eval_pipeline.scoring.assessments"),
+        # The report's columns of every batch, kept in one index file by the IO manager.
+        metadata={INDEX_COLUMNS: REPORT_INPUT_COLUMNS},
     )
     def trajectory_summaries(
         context: dg.AssetExecutionContext,
@@ -51,14 +60,16 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         tables = {b: summarize_trajectories(preprocessed_trajectories[b], clips[b],
                                             averaged_scores[b], names, routing_checks[b])
                   for b in context.partition_keys}
-        return per_batch_output(context, tables, {
-            b: summary_metadata(table, names)
-            | summary_changes(context.instance, b, table, configs)
-            for b, table in tables.items()})
+        with prefetched(context.instance, [SUMMARIES_KEY, RAW_KEY], context.partition_keys):
+            metadata = {b: summary_metadata(table, names)
+                        | summary_changes(context.instance, b, table, configs)
+                        for b, table in tables.items()}
+        return per_batch_output(context, tables, metadata)
 
     @dg.asset(
         ins={"trajectory_summaries": dg.AssetIn(
-            metadata={"allow_missing_partitions": True, "columns": REPORT_INPUT_COLUMNS})},
+            metadata={"allow_missing_partitions": True, "columns": REPORT_INPUT_COLUMNS,
+                      FROM_INDEX: True})},
         group_name=SUMMARY_GROUP,
         kinds={"pandas", "parquet"},
         code_version=source_version("eval_pipeline.report", "eval_pipeline.scoring.assessments"),
