@@ -12,6 +12,10 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,r
   in a pool of one process per core.
 - ``memory``: peak RSS of splitting generated 50 MB and 500 MB drops and running each batch
   through parse, preprocess and clips, each drop in a fresh process.
+- ``cli-memory`` (#12.3): peak RSS of the whole CLI (``eval-pipeline run``, heuristic judge,
+  a fresh process, DAGSTER_HOME and store) on generated drops of ``--cli-memory-mb`` sizes
+  (default 10, 50 and 150 MB), from ``/usr/bin/time -v``: flat when memory is bounded by the
+  run size and not the drop.
 - ``repair``: tag repair of one record whose every ``<result>`` is left unclosed, at 5k,
   10k and 20k tool calls, against the previous (quadratic) implementation kept in the tests.
 - ``report`` (#12.5): evaluation_report's input with 50, 200 and 450 batches, read one
@@ -34,6 +38,7 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -396,6 +401,36 @@ def dagster_section(files: list[Path]) -> None:
                                   "s/batch"]))
 
 
+def cli_memory_section(sizes: list[float]) -> None:
+    """The whole CLI's peak RSS against the drop size (#12.3)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for megabytes in sizes:
+            drop = Path(tmp) / f"drop{megabytes:g}mb.jsonl"
+            records = write_corpus_drop(drop, megabytes, CORPORA)
+            home = Path(tmp) / f"home{megabytes:g}"
+            env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(ROOT),
+                   "EVAL_PIPELINE_STORE": str(Path(tmp) / f"store{megabytes:g}")}
+            start = time.perf_counter()
+            done = subprocess.run(
+                ["/usr/bin/time", "-v", sys.executable, "-m", "eval_pipeline.cli", "run",
+                 str(drop), "--output", str(Path(tmp) / f"out{megabytes:g}"), "--quiet"],
+                env=env, cwd=tmp, capture_output=True, text=True, check=False)
+            seconds = time.perf_counter() - start
+            peak = [line for line in done.stderr.splitlines()
+                    if "Maximum resident set size" in line]
+            if done.returncode != 0 or not peak:
+                raise SystemExit(f"CLI on {megabytes} MB exited {done.returncode}:\n"
+                                 f"{done.stderr[-2000:]}")
+            rows.append([f"{megabytes:g} MB", records, f"{seconds:.0f}",
+                         f"{int(peak[0].split(':')[1]) / 1024:.0f}"])
+            print(f"  {rows[-1]}", flush=True)
+            shutil.rmtree(home, ignore_errors=True)
+            drop.unlink()
+    print(tabulate(rows, headers=["whole CLI, heuristic judge", "records", "seconds",
+                                  "peak RSS (MiB)"]))
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--child-split"]:
         _child_split_parse(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
@@ -408,6 +443,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=REPEATS,
                         help="interleaved repeats per figure (the drop: at most 3)")
     parser.add_argument("--orch-input", type=Path, default=CORPORA)
+    parser.add_argument("--cli-memory-mb", type=float, nargs="+", default=[10, 50, 150])
     parser.add_argument("--orch-rounds", type=int, default=4)
     parser.add_argument("--code", type=Path, action="append",
                         help="a checkout to run the CLI from (repeatable; default this one)")
@@ -427,6 +463,9 @@ def main() -> None:
     if "memory" in sections:
         print()
         memory_section(args.split_size)
+    if "cli-memory" in sections:
+        print()
+        cli_memory_section(args.cli_memory_mb)
     if "repair" in sections:
         print()
         repair_section(args.repeats)

@@ -215,11 +215,26 @@ def unsynced_causes(page) -> str:
 
 
 def metadata(page) -> dict[str, str]:
-    """The partition's latest materialization metadata table: key -> value text."""
-    rows = page.evaluate("""() => [...document.querySelectorAll('tr')]
-        .map(r => [...r.querySelectorAll('td')].map(c => c.innerText.trim()))
-        .filter(c => c.length >= 2)""")
-    return {cells[0]: cells[1] for cells in rows}
+    """The partition's latest materialization metadata table: key -> value text.
+
+    Read while scrolling down through it: a long table (a judge's metadata has dozens of
+    keys) may keep only the rows near the viewport in the page, so one look misses the rest.
+    """
+    shown: dict[str, str] = {}
+    quiet = 0
+    for _ in range(80):
+        rows = page.evaluate("""() => [...document.querySelectorAll('tr')]
+            .map(r => [...r.querySelectorAll('td')].map(c => c.innerText.trim()))
+            .filter(c => c.length >= 2)""")
+        before = len(shown)
+        shown.update({cells[0]: cells[1] for cells in rows})
+        quiet = quiet + 1 if len(shown) == before else 0
+        if quiet >= 3:
+            break
+        page.locator("tr").last.scroll_into_view_if_needed()
+        page.mouse.wheel(0, 600)
+        page.wait_for_timeout(150)
+    return shown
 
 
 def materialize_partition(page, server: DagsterDev, shots: Path, name: str) -> str:
@@ -389,7 +404,8 @@ def test_the_three_uses_in_a_browser(tmp_path: Path, project_root: Path, shots: 
             assert not is_unsynced(page, False), f"{JUDGMENTS} still unsynced"
             shown = metadata(page)
             missing = [k for k in SCORE_CHANGE_KEYS if k not in shown]
-            assert not missing, f"score-change metadata missing on the page: {missing}"
+            assert not missing, (f"score-change metadata missing on the page: {missing}; "
+                                 f"the page shows {sorted(shown)}")
             new_template = shown["template_version"]
             assert new_template != old_template
             assert f"template_version: {old_template} -> {new_template}" in (

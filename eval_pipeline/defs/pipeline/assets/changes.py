@@ -133,11 +133,18 @@ def upstream_versions(instance: dg.DagsterInstance, batch: str | None,
 
 def stats_metadata(scores: pd.Series | None, status: pd.Series | None = None
                    ) -> dict[str, object]:
-    """Numeric mean and count per metric (``score/<metric>/mean``) and the failure rate."""
+    """Numeric mean per metric (``score/<metric>/mean``, which the Plots tab draws), the
+    counts in one ``metric_counts`` entry, and the failure rate.
+
+    One entry per count would put a judge with the assessments on (some 40 metrics) past
+    about 100 entries, and the UI shows an asset's first hundred or so only: the score-change
+    entries, which come last, were missing from the page (the browser test saw it)."""
     out: dict[str, object] = {}
+    counts: dict[str, int] = {}
     for metric, (mean, count) in metric_stats(scores if scores is not None else []).items():
         out[f"score/{metric}/mean"] = dg.MetadataValue.float(mean)
-        out[f"score/{metric}/count"] = dg.MetadataValue.int(count)
+        counts[metric] = int(count)
+    out["metric_counts"] = dg.MetadataValue.json(counts)
     if status is not None:
         rate = failure_rate(status)
         out["failure_rate"] = (dg.MetadataValue.float(rate) if rate is not None
