@@ -392,11 +392,14 @@ def _store(store: Path | None) -> Store:
         raise PipelineInputError(str(exc)) from None
 
 
-RUN_BATCH_BYTES = 64 * 2**20
+RUN_BATCH_BYTES = 16 * 2**20
 """Without ``--batches-per-run``, a run holds batches up to about this many bytes of batch
 files: a run's steps hold every one of its batches' tables at once, so an unbounded run made
-the CLI's memory grow with the drop (#12.3). A drop below it (the whole corpora is 18 MB) is
-still one run."""
+the CLI's memory grow with the drop (#12.3). Measured (``bench_pipeline.py --sections
+cli-memory``): the CLI's peak RSS is about 50 times the batch bytes of its largest run (757
+MiB on a 10 MB drop, 2,448 on 50 MB, 3,725 on 100 MB with a 64 MB cap), so 16 MB keeps it
+near one GB whatever the drop; a run costs a few seconds of Dagster set-up, small beside
+16 MB of batches."""
 
 
 def batches_within(batches_dir: Path, keys: Sequence[str], limit: int) -> int | None:
