@@ -224,10 +224,16 @@ def test_rows_say_which_reply_mode_answered(run_output: Path, name: str,
     # A forced mode never falls back; the anthropic default reads text after its probe.
     assert set(rows["reply_mode"]) == {reply_mode}, set(rows["reply_mode"])
     # ...and the run's metadata says so, where the UI shows it.
-    with dg.DagsterInstance.from_config(str(run_output.parent / "home")) as instance:
-        event = instance.get_latest_materialization_event(dg.AssetKey(["judgments", name]))
-        assert event is not None and event.asset_materialization is not None
-        metadata = event.asset_materialization.metadata
+    home = run_output.parent / "home"
+    # The CLI's instance stores events under $DAGSTER_HOME (FastSqliteEventLogStorage), as
+    # every dagster command that opens it sets it.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DAGSTER_HOME", str(home))
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            event = instance.get_latest_materialization_event(
+                dg.AssetKey(["judgments", name]))
+            assert event is not None and event.asset_materialization is not None
+            metadata = event.asset_materialization.metadata
     assert metadata["judge.reply_mode"].value == reply_mode
     if name == "ant_default":  # it fell back from a forced tool use, and says why
         assert "came back as text" in metadata["reply_mode_note"].value
