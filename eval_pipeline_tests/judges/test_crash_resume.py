@@ -78,10 +78,13 @@ def test_a_killed_run_resumes_without_repeating_cached_calls(project_root, tmp_p
         _, err = rerun.communicate(timeout=600)
         assert rerun.returncode == 0, err
         again = _user_prompts(server, after)
-        # Only the calls in flight when the process died (their replies never reached the
-        # cache) may be asked again; everything answered and cached before is not.
+        # Only the calls whose replies never reached the cache may be asked again: those in
+        # flight when the process died (at most CONCURRENCY), and those answered in the
+        # moment before, whose slot was already free for the next call while their reply was
+        # being written (at most as many again: a category assessment runs beside its
+        # chain's next clip). Everything cached before is not.
         repeated = answered & set(again)
-        assert len(repeated) <= CONCURRENCY, len(repeated)
+        assert len(repeated) <= 2 * CONCURRENCY, len(repeated)
         assert len(answered) + len(again) - len(repeated) == total
         pd.testing.assert_frame_equal(_scores(work / "out"), _scores(clean / "out"))
         assert not [p for p in (work / "store").rglob(".*.tmp")]
