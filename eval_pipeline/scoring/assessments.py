@@ -27,7 +27,7 @@ from html import escape
 from typing import Any
 
 from eval_pipeline.rubrics import EVAL_CATEGORY_ASSESSMENT, EVAL_TRAJECTORY_ASSESSMENT
-from eval_pipeline.scoring.averaging import json_object, mean
+from eval_pipeline.scoring.averaging import indented_json, json_object, mean
 
 CATEGORY_KEY = "category_assessments"
 FINAL_KEY = "final_trajectory_assessment"
@@ -85,7 +85,7 @@ def _element(tag: str, row: Mapping[str, Any], attributes: str = "") -> str:
         errors = "; ".join(json.loads(row.get("errors") or "[]"))
         return (f"\n<{tag}{attributes}>\n<error>No judge could make this assessment: "
                 f"{_text(errors)}</error>\n</{tag}>\n")
-    scores = json.dumps(json_object(row["scores"]), indent=2)
+    scores = indented_json(json_object(row["scores"]))
     return (f"\n<{tag}{attributes}>\n<scores>\n{scores}\n</scores>\n"
             f"<summary>{_text(row.get('summary') or '')}</summary>\n"
             f"<reasoning>{_text(row.get('reasoning') or '')}</reasoning>\n"

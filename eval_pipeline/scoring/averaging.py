@@ -18,13 +18,12 @@ differs in the last bit, and that bit shows in the JSON of the scores.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from itertools import pairwise
 from statistics import fmean
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from eval_pipeline.rubrics import REACT_EVALUATIONS
@@ -82,9 +81,57 @@ def _decode_scores(values: list[Any]) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             decoded = None
         if isinstance(decoded, list) and len(decoded) == len(values) and all(
-                isinstance(d, dict) for d in decoded):
+                type(d) is dict for d in decoded):
             return decoded
     return [json_object(v) for v in values]
+
+
+def dumps_each(objects: list[dict[str, Any]]) -> list[str]:
+    """``json.dumps`` of each dict, encoded in one call (a third of the time of one call
+    each: the encoder is set up once). The one text is cut at the ``}, {`` between the
+    objects; when a key or value holds that sequence too, the count gives it away and each
+    is encoded on its own."""
+    if not objects:
+        return []
+    parts = json.dumps(objects)[2:-2].split("}, {")
+    if len(parts) != len(objects):
+        return [json.dumps(o) for o in objects]
+    return ["{" + p + "}" for p in parts]
+
+
+def indented_json(scores: Mapping[str, Any], key_texts: dict[str, str] | None = None) -> str:
+    """``json.dumps(scores, indent=2)`` without the pure-Python encoder that ``indent``
+    switches to (it cost as much as the rest of a block). For a flat object of str keys and
+    finite floats or ints each item is written as the C encoder writes it (``repr`` of the
+    number); anything else (nested values, NaN, bools, other keys) goes to ``json.dumps``.
+    ``key_texts`` caches each key's JSON across calls (metric names repeat in every row)."""
+    cache = key_texts if key_texts is not None else {}
+    items = []
+    for key, value in scores.items():
+        kind = type(value)
+        if kind is float and value - value == 0.0:  # finite (NaN and infinities are not)
+            number = float.__repr__(value)
+        elif kind is int:
+            number = int.__repr__(value)
+        else:
+            return json.dumps(scores, indent=2)
+        text = cache.get(key)
+        if text is None:
+            if type(key) is not str:
+                return json.dumps(scores, indent=2)
+            text = cache[key] = json.dumps(key)
+        items.append(f"  {text}: {number}")
+    if not items:
+        return json.dumps(scores, indent=2)
+    return "{\n" + ",\n".join(items) + "\n}"
+
+
+def _floats(scores: dict[str, Any]) -> dict[str, float]:
+    """One judge's scores as the means of one value (``float`` of each)."""
+    for value in scores.values():
+        if type(value) is not float:
+            return {m: float(v) for m, v in scores.items()}
+    return scores
 
 
 def _combined(texts: list[Any], combined: bool) -> str:
@@ -99,6 +146,27 @@ def _column(table: pd.DataFrame, name: str, n: int) -> list[Any]:
     return table[name].tolist() if name in table.columns else [None] * n
 
 
+def _group_rows(rows: pd.DataFrame) -> list[list[int]]:
+    """Row numbers per (trajectory, clip, kind, tool type), groups in the order they first
+    appear and rows in table order; a row with a missing key belongs to no group (as in a
+    pandas group-by). A dict of key tuples: for a few thousand rows cheaper than pandas'
+    group codes, sort and counts, which cost more to set up than to run."""
+    keys = [rows[k] for k in _KEYS]  # a missing key column raises, as the group-by did
+    columns = [k.tolist() for k in keys]
+    present = (rows[_KEYS].notna().all(axis=1).tolist() if any(k.hasnans for k in keys)
+               else None)
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, key in enumerate(zip(*columns, strict=True)):
+        if present is not None and not present[i]:
+            continue
+        members = groups.get(key)
+        if members is None:
+            groups[key] = [i]
+        else:
+            members.append(i)
+    return list(groups.values())
+
+
 def average_judgments(judgments: Mapping[str, pd.DataFrame],
                       disagreement_threshold: float | None = None) -> pd.DataFrame:
     """One row per (trajectory, clip, evaluation kind) with the judges' mean per metric.
@@ -111,50 +179,79 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
     Groups come out in the order they first appear (judges in the mapping's order, rows in
     table order), and each group's rows keep that order, so combined texts read the same
     on every run.
+
+    Most groups are one judge's one row (every group, with one judge): their means are
+    that row's scores, their spread 0, their texts the row's own, so those take a short
+    path; only groups of several rows collect values per metric.
     """
-    frames = [df.assign(judge=name) for name, df in judgments.items() if len(df)]
-    if not frames:
+    named = [(name, df) for name, df in judgments.items() if len(df)]
+    if not named:
         return pd.DataFrame(columns=AVERAGED_COLUMNS)
-    rows = pd.concat(frames, ignore_index=True)
-    # A row with a missing key belongs to no group (pandas' group-by drops it too).
-    codes = rows.groupby(_KEYS, sort=False).ngroup().fillna(-1).to_numpy(dtype=np.int64)
-    present = codes >= 0
-    order = np.argsort(np.where(present, codes, codes.max() + 1), kind="stable")
-    order = order[: int(present.sum())]
-    sizes = np.bincount(codes[present])
-    bounds = np.concatenate(([0], np.cumsum(sizes))).tolist()
+    rows = named[0][1] if len(named) == 1 else pd.concat(
+        [df for _, df in named], ignore_index=True)
+    judges = [name for name, df in named for _ in range(len(df))]
+    groups = _group_rows(rows)
     n = len(rows)
-    take = order.tolist()
-
-    def col(name: str) -> list[Any]:
-        values = _column(rows, name, n)
-        return [values[i] for i in take]
-
-    tids, clip_indexes, kinds = col("trajectory_id"), col("clip_index"), col("evaluation_kind")
-    tool_types, statuses, scores = col("tool_type"), col("status"), col("scores")
-    summaries, reasonings, errors = col("summary"), col("reasoning"), col("error")
-    judges, labels = col("judge"), col("label")
+    tids, clip_indexes, kinds = (_column(rows, c, n)
+                                 for c in ("trajectory_id", "clip_index", "evaluation_kind"))
+    tool_types, statuses, scores = (_column(rows, c, n)
+                                    for c in ("tool_type", "status", "scores"))
+    summaries, reasonings, errors = (_column(rows, c, n)
+                                     for c in ("summary", "reasoning", "error"))
+    labels = _column(rows, "label", n)
     has_labels = "label" in rows.columns
     ok_rows = [status == "ok" for status in statuses]
-    parsed = _decode_scores([scores[i] for i, ok in enumerate(ok_rows) if ok])
-    parsed_at = dict(zip((i for i, ok in enumerate(ok_rows) if ok), parsed, strict=True))
+    ok_at = [i for i, ok in enumerate(ok_rows) if ok]
+    parsed: list[dict[str, Any] | None] = [None] * n
+    for i, decoded in zip(ok_at, _decode_scores([scores[i] for i in ok_at]), strict=True):
+        parsed[i] = decoded
+    failed_at = {i for i, e in enumerate(errors) if isinstance(e, str) and e}
     judges_json: dict[tuple[str, ...], str] = {}
+    counts_json: dict[tuple[tuple[str, int], ...], str] = {(): "{}"}
+    one_judge = len(named) == 1
+    if one_judge:
+        judges_json[(named[0][0],)] = json.dumps([named[0][0]])
 
-    out: dict[str, list[Any]] = {c: [] for c in AVERAGED_COLUMNS}
-    for start, stop in pairwise(bounds):
-        ok = [i for i in range(start, stop) if ok_rows[i]]
-        per_metric: dict[str, list[float]] = defaultdict(list)
-        for i in ok:
-            for metric, value in parsed_at[i].items():
-                per_metric[metric].append(float(value))
-        means = {m: mean(v) for m, v in per_metric.items()}
+    out: dict[str, list[Any]] = {c: [] for c in AVERAGED_COLUMNS if c != "scores"}
+    means_of: list[dict[str, float]] = []
+    for group in groups:
+        start = group[0]
+        ok = [i for i in group if ok_rows[i]] if len(group) > 1 else (
+            group if ok_rows[start] else [])
         kind = kinds[start]
-        combined = len(ok) > 1
+        spread: float | None
+        if len(ok) == 1:
+            only = ok[0]
+            means = _floats(parsed[only] or {})
+            mean_score = mean(list(means.values())) if means else None
+            if mean_score is not None and math.isfinite(mean_score):
+                spread = 0.0  # every value finite: each metric's max - min is 0
+            else:
+                spread = max(v - v for v in means.values()) if means else None
+            text = summaries[only]
+            summary = text if text else ""
+            text = reasonings[only]
+            reasoning = text if text else ""
+        else:
+            per_metric: dict[str, list[float]] = defaultdict(list)
+            for i in ok:
+                for metric, value in (parsed[i] or {}).items():
+                    per_metric[metric].append(float(value))
+            means = {m: mean(v) for m, v in per_metric.items()}
+            mean_score = mean(list(means.values())) if means else None
+            spread = max(max(v) - min(v) for v in per_metric.values()) if means else None
+            summary = _combined([summaries[i] for i in ok], len(ok) > 1)
+            reasoning = _combined([reasonings[i] for i in ok], len(ok) > 1)
         # Only the ReAct kinds have labels; a rubric row's label (the heuristic writes
         # "heuristic" there) is not a verdict to take a majority of.
-        label, label_counts = (majority_label(labels[i] for i in ok)
-                               if has_labels and kind in REACT_EVALUATIONS else (None, {}))
-        names = tuple(sorted(set(judges[start:stop])))
+        if has_labels and kind in REACT_EVALUATIONS:
+            label, label_counts = majority_label(labels[i] for i in ok)
+            counts_key = tuple(label_counts.items())
+            if counts_key not in counts_json:
+                counts_json[counts_key] = json.dumps(label_counts, ensure_ascii=False)
+        else:
+            label, counts_key = None, ()
+        names = (judges[start],) if one_judge else tuple(sorted({judges[i] for i in group}))
         if names not in judges_json:
             judges_json[names] = json.dumps(list(names))
         out["trajectory_id"].append(tids[start])
@@ -162,21 +259,19 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
         out["evaluation_kind"].append(kind)
         out["tool_type"].append(tool_types[start])
         out["status"].append("ok" if ok else "failed")
-        out["scores"].append(json.dumps(means))
-        out["mean_score"].append(mean(list(means.values())) if means else None)
-        out["n_judges"].append(stop - start)
+        means_of.append(means)
+        out["mean_score"].append(mean_score)
+        out["n_judges"].append(len(group))
         out["n_judges_succeeded"].append(len(ok))
         out["judges"].append(judges_json[names])
-        spread = max(max(v) - min(v) for v in per_metric.values()) if means else None
         out["spread"].append(spread)
         out["disagreement"].append(disagreement_threshold is not None and len(ok) >= 2
                                    and spread is not None and spread > disagreement_threshold)
-        out["summary"].append(_combined([summaries[i] for i in ok], combined))
-        out["reasoning"].append(_combined([reasonings[i] for i in ok], combined))
-        failures = [f"{judges[i]}: {errors[i]}" for i in range(start, stop)
-                    if isinstance(errors[i], str) and errors[i]]
+        out["summary"].append(summary)
+        out["reasoning"].append(reasoning)
+        failures = [f"{judges[i]}: {errors[i]}" for i in group if i in failed_at]
         out["errors"].append(json.dumps(failures, ensure_ascii=False) if failures else "[]")
         out["label"].append(label)
-        out["label_counts"].append(json.dumps(label_counts, ensure_ascii=False)
-                                   if label_counts else "{}")
+        out["label_counts"].append(counts_json[counts_key])
+    out["scores"] = dumps_each(means_of)
     return pd.DataFrame(out, columns=AVERAGED_COLUMNS)

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from eval_pipeline.rubrics import (
@@ -31,7 +32,12 @@ from eval_pipeline.rubrics import (
     REACT_EVALUATIONS,
 )
 from eval_pipeline.scoring.assessments import FINAL_KEY, assessment_blocks, assessment_metadata
-from eval_pipeline.scoring.averaging import json_object, mean
+from eval_pipeline.scoring.averaging import (
+    _decode_scores,
+    indented_json,
+    json_object,
+    mean,
+)
 from eval_pipeline.scoring.react_breakdown import react_breakdown, tool_clips_by_trajectory
 
 SUMMARY_COLUMNS = [
@@ -120,15 +126,6 @@ def _model_info(row: Mapping[str, Any]) -> str:
     return f"<model_info>Averaged from {n} model{'s' if n != 1 else ''}</model_info>\n"
 
 
-def _indented(scores: dict[str, Any]) -> str:
-    """``json.dumps(scores, indent=2)`` for a flat metric -> number object, without the
-    pure-Python encoder that ``indent`` switches to (a third of the summaries' time)."""
-    if not scores or not all(type(v) in (float, int) for v in scores.values()):
-        return json.dumps(scores, indent=2)
-    return "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}"
-                               for k, v in scores.items()) + "\n}"
-
-
 def clip_evaluation_block(row: Mapping[str, Any] | None,
                           react_rows: Sequence[Mapping[str, Any]] = ()) -> str:
     """The ``<clip_evaluation>`` block embedded after a clip (multi-model layout).
@@ -141,7 +138,7 @@ def clip_evaluation_block(row: Mapping[str, Any] | None,
     if row["status"] != "ok":
         return ("\n<clip_evaluation>\n<error>No judge could score this clip: "
                 + _errors_text(row) + "</error>\n" + react + "</clip_evaluation>\n")
-    scores = _indented(json_object(row["scores"]))
+    scores = indented_json(json_object(row["scores"]))
     return (
         f"\n<clip_evaluation>\n<scores>\n{scores}\n</scores>\n"
         f"<summary>{_text(row['summary'])}</summary>\n"
@@ -249,6 +246,31 @@ def _records(table: pd.DataFrame | None, columns: Sequence[str] | None = None
     return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
 
 
+def _averaged_records(averaged: pd.DataFrame) -> list[dict[str, Any]]:
+    """The averaged rows as records, their scores and label counts decoded once (the
+    blocks, metadata and breakdowns each read them; ``json_object`` passes a decoded value
+    through): every row's scores in one ``json.loads``, each distinct label-count text
+    once (a handful of texts repeat over the rows)."""
+    records = _records(averaged)
+    if not records:
+        return records
+    for r, scores in zip(records, _decode_scores([r["scores"] for r in records]),
+                         strict=True):
+        r["scores"] = scores
+    if "label_counts" in averaged.columns:
+        decoded: dict[str, dict[str, Any]] = {}
+        for r in records:
+            text = r["label_counts"]
+            if isinstance(text, str):
+                counts = decoded.get(text)
+                if counts is None:
+                    counts = decoded[text] = json_object(text)
+                r["label_counts"] = counts
+            else:
+                r["label_counts"] = json_object(text)
+    return records
+
+
 def _by_clip(clips: pd.DataFrame, column: str) -> dict[tuple[str, int], Any]:
     if not len(clips) or column not in clips.columns:
         return {}
@@ -257,20 +279,39 @@ def _by_clip(clips: pd.DataFrame, column: str) -> dict[tuple[str, int], Any]:
         clips[column].tolist(), strict=True)}
 
 
+# The columns computed here; every other summary column comes from the trajectory table.
+_COMPUTED = ("total_clips", "successful_evaluations", "success_rate",
+             "overall_trajectory_score", "thought_to_tool_accuracy",
+             "query_to_thought_accuracy", "sequence_optimality", "trajectory_assessment_score",
+             "routing_passed", "routing_reason", "labelled_clips", "evaluation_metadata",
+             "full_response_with_evaluations")
+_STR = pd.StringDtype("pyarrow", na_value=np.nan)
+
+
+def _source_column(trajectories: pd.DataFrame, name: str) -> Any:
+    """A summary column taken from the trajectory table as a plain-record table would hold
+    it: pandas' own text columns as they are (no round trip of long texts through Python
+    strings, which cost as much as the rest), others through Python values (pandas infers
+    their type again, as before), a missing column as NaN."""
+    if name not in trajectories.columns:
+        return [np.nan] * len(trajectories)
+    column = trajectories[name]
+    if column.dtype == _STR and not column.isna().all():
+        return column.array
+    return column.tolist()
+
+
 def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
                            averaged: pd.DataFrame, model_names: Sequence[str],
                            routing: pd.DataFrame | None = None) -> pd.DataFrame:
     """One summary row per trajectory: figures, metadata and the text with its evaluations."""
+    if not len(trajectories):
+        return pd.DataFrame([], columns=SUMMARY_COLUMNS)
     rubric_by_traj: dict[str, list[dict[str, Any]]] = defaultdict(list)
     react_by_traj: dict[str, list[dict[str, Any]]] = defaultdict(list)
     assessed_by_traj: dict[str, list[dict[str, Any]]] = defaultdict(list)
     has_react = False
-    for r in _records(averaged):
-        # Decoded once per row: the blocks, metadata and breakdowns each read the scores
-        # and label counts (``json_object`` passes a decoded value through), #12.2.
-        r["scores"] = json_object(r["scores"])
-        if "label_counts" in r:
-            r["label_counts"] = json_object(r["label_counts"])
+    for r in _averaged_records(averaged):
         if r["evaluation_kind"] == EVAL_KIND_CLIP:
             rubric_by_traj[r["trajectory_id"]].append(r)
         elif r["evaluation_kind"] in REACT_EVALUATIONS:
@@ -283,16 +324,10 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
     ends = {key: int(end) for key, end in _by_clip(clips, "end").items()}
     human = {key: label for key, label in _by_clip(clips, "human_label").items()
              if label is not None and not pd.isna(label)}
-    rows = []
-    # The response texts go in and out as they are (no round trip through Python objects,
-    # which costs as much as all the rest) when the column is plain text without gaps.
-    texts = trajectories["raw_response"] if "raw_response" in trajectories.columns else None
-    pass_through = (texts is not None and isinstance(texts.dtype, pd.StringDtype)
-                    and not texts.isna().any())
-    responses = texts.tolist() if texts is not None else []
-    wanted = [c for c in SUMMARY_COLUMNS if c != "raw_response" or not pass_through]
-    for traj, response in zip(_records(trajectories, wanted), responses, strict=True):
-        tid = traj["trajectory_id"]
+    out: dict[str, list[Any]] = {c: [] for c in _COMPUTED}
+    responses = (trajectories["raw_response"].tolist() if "raw_response" in trajectories.columns
+                 else [None] * len(trajectories))
+    for tid, response in zip(trajectories["trajectory_id"].tolist(), responses, strict=True):
         clip_rows = sorted(rubric_by_traj.get(tid, []), key=lambda r: r["clip_index"])
         meta = evaluation_metadata(clip_rows, model_names)
         react_rows = react_by_traj.get(tid, [])
@@ -325,28 +360,24 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
             meta.update(assessment_metadata(assessed, per_type))
             full += assessment_blocks(assessed)
         final_assessment = meta.get(FINAL_KEY) or {}
-        rows.append({
-            **{c: traj.get(c) for c in SUMMARY_COLUMNS if c in traj},
-            "total_clips": meta["total_clips"],
-            "successful_evaluations": meta["successful_evaluations"],
-            "success_rate": meta["success_rate"],
-            "overall_trajectory_score": meta["overall_trajectory_score"],
-            "thought_to_tool_accuracy": react[EVAL_THOUGHT_TO_TOOL]["accuracy"],
-            "query_to_thought_accuracy": react[EVAL_QUERY_TO_THOUGHT]["accuracy"],
-            "sequence_optimality": react[EVAL_SEQUENCE_OPTIMALITY]["score"],
-            "trajectory_assessment_score": final_assessment.get("overall_average"),
-            "routing_passed": bool(routed["passed"]) if routed is not None else None,
-            "routing_reason": routed["reason"] if routed is not None else None,
-            # (clip, judges' mean score, the source's step label) for agreement figures.
-            "labelled_clips": json.dumps([
-                [int(r["clip_index"]), r["mean_score"], human[(tid, int(r["clip_index"]))]]
-                for r in clip_rows
-                if r["status"] == "ok" and (tid, int(r["clip_index"])) in human
-            ]),
-            "evaluation_metadata": json.dumps(meta, ensure_ascii=False),
-            "full_response_with_evaluations": full,
-        })
-    table = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    if pass_through and texts is not None and len(table):
-        table["raw_response"] = texts.array
-    return table
+        out["total_clips"].append(meta["total_clips"])
+        out["successful_evaluations"].append(meta["successful_evaluations"])
+        out["success_rate"].append(meta["success_rate"])
+        out["overall_trajectory_score"].append(meta["overall_trajectory_score"])
+        out["thought_to_tool_accuracy"].append(react[EVAL_THOUGHT_TO_TOOL]["accuracy"])
+        out["query_to_thought_accuracy"].append(react[EVAL_QUERY_TO_THOUGHT]["accuracy"])
+        out["sequence_optimality"].append(react[EVAL_SEQUENCE_OPTIMALITY]["score"])
+        out["trajectory_assessment_score"].append(final_assessment.get("overall_average"))
+        out["routing_passed"].append(bool(routed["passed"]) if routed is not None else None)
+        out["routing_reason"].append(routed["reason"] if routed is not None else None)
+        # (clip, judges' mean score, the source's step label) for agreement figures.
+        out["labelled_clips"].append(json.dumps([
+            [int(r["clip_index"]), r["mean_score"], human[(tid, int(r["clip_index"]))]]
+            for r in clip_rows
+            if r["status"] == "ok" and (tid, int(r["clip_index"])) in human
+        ]))
+        out["evaluation_metadata"].append(json.dumps(meta, ensure_ascii=False))
+        out["full_response_with_evaluations"].append(full)
+    columns = {c: out[c] if c in out else _source_column(trajectories, c)
+               for c in SUMMARY_COLUMNS}
+    return pd.DataFrame(columns, columns=SUMMARY_COLUMNS)
