@@ -5,7 +5,11 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,r
 ../shared/corpora, else data/incoming). Prints figures; asserts nothing.
 
 - ``stages``: each domain stage on the inputs, timed in plain Python; the median of
-  interleaved repeats after a warm-up (first calls pay imports and pandas set-up).
+  interleaved repeats after a warm-up (first calls pay imports and pandas set-up), in wall
+  and CPU seconds. With ``--code DIR`` (repeatable), averaging and the summaries of each
+  checkout's ``eval_pipeline/scoring`` run too, interleaved with this one's in the same
+  process (loaded under another package name; the rest of ``eval_pipeline`` is this
+  checkout's), for a before/after on the same inputs and load.
 - ``drop``: parse + preprocess + clips of a generated drop (``--drop-mb``, the corpora's
   XML-tag records copied with new task ids, written to a temporary folder) against bare
   ``json.loads`` of the same lines, as a ratio measured in the same run, in one process and
@@ -35,6 +39,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import json
 import os
 import resource
@@ -44,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
@@ -78,16 +87,22 @@ def default_inputs() -> list[Path]:
 
 
 def interleaved(jobs: dict[str, Callable[[], Any]], repeats: int = REPEATS,
-                warm_up: bool = True) -> dict[str, float]:
-    """Median seconds of each job, the jobs run in turn each round (noise hits all alike)."""
+                warm_up: bool = True, cpu: dict[str, float] | None = None
+                ) -> dict[str, float]:
+    """Median seconds of each job, the jobs run in turn each round (noise hits all alike).
+    ``cpu``, when given, receives each job's median CPU seconds of this process."""
     for job in jobs.values() if warm_up else ():
         job()  # first calls pay imports and pandas set-up
     times: dict[str, list[float]] = {name: [] for name in jobs}
+    cpu_times: dict[str, list[float]] = {name: [] for name in jobs}
     for _ in range(repeats):
         for name, job in jobs.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             job()
             times[name].append(time.perf_counter() - start)
+            cpu_times[name].append(time.process_time() - start_cpu)
+    if cpu is not None:
+        cpu.update({name: statistics.median(t) for name, t in cpu_times.items()})
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -100,12 +115,49 @@ def _disagreeing(table: pd.DataFrame, factor: float) -> pd.DataFrame:
     return other
 
 
-def stage_section(files: list[Path], repeats: int) -> None:
+class _AliasedScoring(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports another checkout's ``eval_pipeline/scoring`` as package ``alias``: each
+    module's source with ``eval_pipeline.scoring`` renamed, compiled in memory (never
+    through that checkout's bytecode cache, which holds its unrenamed code)."""
+
+    def __init__(self, alias: str, folder: Path) -> None:
+        self.alias, self.folder = alias, folder
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None
+                  ) -> importlib.machinery.ModuleSpec | None:
+        if fullname == self.alias:
+            return importlib.util.spec_from_file_location(
+                fullname, self.folder / "__init__.py", loader=self,
+                submodule_search_locations=[str(self.folder)])
+        if fullname.startswith(self.alias + "."):
+            name = fullname.removeprefix(self.alias + ".")
+            return importlib.util.spec_from_file_location(
+                fullname, self.folder / f"{name}.py", loader=self)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        origin = str(module.__spec__.origin) if module.__spec__ else ""
+        source = Path(origin).read_text("utf-8").replace("eval_pipeline.scoring", self.alias)
+        exec(compile(source, origin, "exec", dont_inherit=True), module.__dict__)
+
+
+def scoring_of(code: Path) -> types.ModuleType:
+    """``eval_pipeline.scoring`` of the checkout at ``code`` (this one's for this checkout)."""
+    if code.resolve() == ROOT:
+        return importlib.import_module("eval_pipeline.scoring")
+    alias = f"_bench_scoring_{len([m for m in sys.meta_path if isinstance(m, _AliasedScoring)])}"
+    sys.meta_path.insert(0, _AliasedScoring(alias, code.resolve() / "eval_pipeline" / "scoring"))
+    return importlib.import_module(alias)
+
+
+def stage_section(files: list[Path], repeats: int, codes: list[Path] | None = None) -> None:
     registry = default_registry()
     config = PreprocessConfig()
     judge = make_judge(JudgeConfig(name="heuristic"))
     prepared = []
-    averaged: dict[Path, pd.DataFrame] = {}
     for path in files:
         raw, _q = ingest.read_batch(path, None, path.stem)
         kept, _r, _s = ingest.preprocess_batch(raw, config, registry)
@@ -114,7 +166,6 @@ def stage_section(files: list[Path], repeats: int) -> None:
         one = pd.DataFrame([r.model_dump() for r in rows])
         three = {"a": one, "b": _disagreeing(one, 0.9), "c": _disagreeing(one, 0.7)}
         prepared.append((path, raw, kept, clips, one, three))
-        averaged[path] = average_judgments({"heuristic": one})
 
     def each(fn: Callable[..., Any]) -> Callable[[], None]:
         return lambda: [fn(*p) for p in prepared] and None
@@ -123,31 +174,46 @@ def stage_section(files: list[Path], repeats: int) -> None:
         "parse": each(lambda path, *_: ingest.read_batch(path, None, path.stem)),
         "preprocess": each(lambda _p, raw, *_: ingest.preprocess_batch(raw, config, registry)),
         "clips": each(lambda _p, _r, kept, *_: ingest.clips_table(kept)),
-        "average (1 judge)": each(lambda *p: average_judgments({"heuristic": p[4]})),
-        "average (3 judges)": each(lambda *p: average_judgments(p[5])),
-        "summaries": each(lambda _p, _r, kept, clips, one, _t: summarize_trajectories(
-            kept, clips, average_judgments({"heuristic": one}), ["heuristic"])),
-        "summaries alone": each(lambda path, _r, kept, clips, _o, _t: summarize_trajectories(
-            kept, clips, averaged[path], ["heuristic"])),
     }
     counts = {
         "parse": sum(len(p[1]) for p in prepared),
         "preprocess": sum(len(p[1]) for p in prepared),
         "clips": sum(len(p[2]) for p in prepared),
-        "average (1 judge)": sum(len(p[4]) for p in prepared),
-        "average (3 judges)": sum(3 * len(p[4]) for p in prepared),
-        "summaries": sum(len(p[2]) for p in prepared),
-        "summaries alone": sum(len(p[2]) for p in prepared),
     }
-    medians = interleaved(jobs, repeats)
-    units = {"parse": "records", "preprocess": "records", "clips": "trajectories",
-             "summaries": "trajectories", "summaries alone": "trajectories"}
+    units = {"parse": "records", "preprocess": "records", "clips": "trajectories"}
+    for code in codes or [ROOT]:
+        scoring = scoring_of(code)
+        average, summarize = scoring.average_judgments, scoring.summarize_trajectories
+        averaged = {p[0]: average({"heuristic": p[4]}) for p in prepared}
+        tag = f" [{code}]" if codes else ""
+        jobs |= {
+            f"average (1 judge){tag}": each(
+                lambda *p, average=average: average({"heuristic": p[4]})),
+            f"average (3 judges){tag}": each(lambda *p, average=average: average(p[5])),
+            f"summaries{tag}": each(
+                lambda _p, _r, kept, clips, one, _t, average=average, summarize=summarize:
+                summarize(kept, clips, average({"heuristic": one}), ["heuristic"])),
+            f"summaries alone{tag}": each(
+                lambda path, _r, kept, clips, _o, _t, summarize=summarize, averaged=averaged:
+                summarize(kept, clips, averaged[path], ["heuristic"])),
+        }
+        counts |= {
+            f"average (1 judge){tag}": sum(len(p[4]) for p in prepared),
+            f"average (3 judges){tag}": sum(3 * len(p[4]) for p in prepared),
+            f"summaries{tag}": sum(len(p[2]) for p in prepared),
+            f"summaries alone{tag}": sum(len(p[2]) for p in prepared),
+        }
+        units |= {f"summaries{tag}": "trajectories", f"summaries alone{tag}": "trajectories"}
+    cpu: dict[str, float] = {}
+    medians = interleaved(jobs, repeats, cpu=cpu)
     table = [[name, counts[name], units.get(name, "judgment rows"), f"{medians[name]:.3f}",
-              f"{counts[name] / medians[name]:,.0f}"] for name in jobs]
+              f"{counts[name] / medians[name]:,.0f}", f"{cpu[name]:.3f}",
+              f"{counts[name] / cpu[name]:,.0f}"] for name in jobs]
     print(tabulate(table, headers=[f"stage (median of {repeats})", "in", "unit", "seconds",
-                                   "per s"]))
+                                   "per s", "CPU s", "per CPU s"]))
     print("(summaries: with their averaging, from the heuristic judge's rows; summaries "
           "alone: from the averaged table)")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
 def _batch_stages(path: Path) -> tuple[int, int]:
@@ -446,7 +512,8 @@ def main() -> None:
     parser.add_argument("--cli-memory-mb", type=float, nargs="+", default=[10, 50, 150])
     parser.add_argument("--orch-rounds", type=int, default=4)
     parser.add_argument("--code", type=Path, action="append",
-                        help="a checkout to run the CLI from (repeatable; default this one)")
+                        help="a checkout to run the CLI from, or (stages) whose scoring "
+                        "to time beside this one's (repeatable; default this one)")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
     files = [p for x in (args.inputs or default_inputs())
@@ -456,7 +523,7 @@ def main() -> None:
     if "stages" in sections:
         size = sum(p.stat().st_size for p in files) / 2**20
         print(f"\ninputs: {len(files)} file(s), {size:.1f} MiB")
-        stage_section(files, args.repeats)
+        stage_section(files, args.repeats, args.code)
     if "drop" in sections:
         print()
         drop_section(args.drop_mb, args.split_size, min(args.repeats, 3))

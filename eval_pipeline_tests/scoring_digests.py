@@ -11,9 +11,10 @@ Two scenarios per input file:
   Parquet round trip between the stages, as the IO manager hands them to the assets.
 
 Each scenario pins ``averaged_scores``, ``trajectory_summaries`` (every value, float bit for
-bit, columns and dtypes: ``digest_table``) and the ``evaluated.jsonl`` lines built from the
-summaries. ``python -m eval_pipeline_tests.scoring_digests CORPORA`` rewrites the expected
-digests from the code it runs: only after a deliberate change of output.
+bit, columns and dtypes: ``digest_table``; and each column's Arrow type) and the
+``evaluated.jsonl`` lines built from the summaries.
+``python -m eval_pipeline_tests.scoring_digests CORPORA`` rewrites the expected digests from
+the code it runs: only after a deliberate change of output.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from eval_pipeline import ingest
 from eval_pipeline.exports.evaluated import evaluated_record
@@ -144,10 +146,18 @@ def scoring_tables(path: Path) -> dict[str, pd.DataFrame | list[str]]:
     return out
 
 
+def arrow_types(table: pd.DataFrame) -> str:
+    """The Arrow type of each column as the IO manager's Parquet stores it (``str`` columns
+    are ``large_string`` whichever way pandas built them; this says so)."""
+    schema = pa.Schema.from_pandas(table, preserve_index=False)
+    return ";".join(f"{field.name}:{field.type}" for field in schema)
+
+
 def scoring_digests(path: Path) -> dict[str, str]:
     def digest(value: pd.DataFrame | list[str]) -> str:
         if isinstance(value, pd.DataFrame):
-            return digest_table(value)
+            types = hashlib.sha256(arrow_types(value).encode()).hexdigest()[:8]
+            return f"{digest_table(value)}/{types}"
         text = "\n".join(value)
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return {name: digest(value) for name, value in scoring_tables(path).items()}

@@ -99,13 +99,18 @@ def dumps_each(objects: list[dict[str, Any]]) -> list[str]:
     return ["{" + p + "}" for p in parts]
 
 
-def indented_json(scores: Mapping[str, Any], key_texts: dict[str, str] | None = None) -> str:
+# Metric names' JSON, cached for ``indented_json`` (the same few names in every row);
+# cleared when it grows past a sane number of names.
+_KEY_TEXTS: dict[str, str] = {}
+_KEY_TEXTS_MAX = 4096
+
+
+def indented_json(scores: Mapping[str, Any]) -> str:
     """``json.dumps(scores, indent=2)`` without the pure-Python encoder that ``indent``
     switches to (it cost as much as the rest of a block). For a flat object of str keys and
     finite floats or ints each item is written as the C encoder writes it (``repr`` of the
-    number); anything else (nested values, NaN, bools, other keys) goes to ``json.dumps``.
-    ``key_texts`` caches each key's JSON across calls (metric names repeat in every row)."""
-    cache = key_texts if key_texts is not None else {}
+    number, the key's JSON); anything else (nested values, NaN, bools, other keys, an empty
+    object) goes to ``json.dumps``."""
     items = []
     for key, value in scores.items():
         kind = type(value)
@@ -115,11 +120,13 @@ def indented_json(scores: Mapping[str, Any], key_texts: dict[str, str] | None = 
             number = int.__repr__(value)
         else:
             return json.dumps(scores, indent=2)
-        text = cache.get(key)
+        text = _KEY_TEXTS.get(key)
         if text is None:
             if type(key) is not str:
                 return json.dumps(scores, indent=2)
-            text = cache[key] = json.dumps(key)
+            if len(_KEY_TEXTS) >= _KEY_TEXTS_MAX:
+                _KEY_TEXTS.clear()
+            text = _KEY_TEXTS[key] = json.dumps(key)
         items.append(f"  {text}: {number}")
     if not items:
         return json.dumps(scores, indent=2)
