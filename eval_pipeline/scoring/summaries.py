@@ -246,12 +246,19 @@ def _records(table: pd.DataFrame | None, columns: Sequence[str] | None = None
     return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
 
 
+# The averaged columns the blocks, metadata and breakdowns read (not n_judges, judges,
+# spread, disagreement).
+_AVERAGED_USED = ("trajectory_id", "clip_index", "evaluation_kind", "tool_type", "status",
+                  "scores", "mean_score", "n_judges_succeeded", "summary", "reasoning",
+                  "errors", "label", "label_counts")
+
+
 def _averaged_records(averaged: pd.DataFrame) -> list[dict[str, Any]]:
-    """The averaged rows as records, their scores and label counts decoded once (the
-    blocks, metadata and breakdowns each read them; ``json_object`` passes a decoded value
-    through): every row's scores in one ``json.loads``, each distinct label-count text
-    once (a handful of texts repeat over the rows)."""
-    records = _records(averaged)
+    """The averaged rows as records of the columns read, their scores and label counts
+    decoded once (the blocks, metadata and breakdowns each read them; ``json_object``
+    passes a decoded value through): every row's scores in one ``json.loads``, each
+    distinct label-count text once (a handful of texts repeat over the rows)."""
+    records = _records(averaged, _AVERAGED_USED)
     if not records:
         return records
     for r, scores in zip(records, _decode_scores([r["scores"] for r in records]),
@@ -271,12 +278,22 @@ def _averaged_records(averaged: pd.DataFrame) -> list[dict[str, Any]]:
     return records
 
 
-def _by_clip(clips: pd.DataFrame, column: str) -> dict[tuple[str, int], Any]:
-    if not len(clips) or column not in clips.columns:
-        return {}
-    return {(tid, int(ci)): value for tid, ci, value in zip(
-        clips["trajectory_id"].tolist(), clips["clip_index"].tolist(),
-        clips[column].tolist(), strict=True)}
+def _clip_columns(clips: pd.DataFrame) -> tuple[dict[tuple[str, int], int],
+                                                dict[tuple[str, int], Any]]:
+    """Each clip's end offset and its source's step label (clips without one left out),
+    keyed by (trajectory, clip); the key columns read once for both."""
+    if not len(clips):
+        return {}, {}
+    keys = list(zip(clips["trajectory_id"].tolist(),
+                    [int(ci) for ci in clips["clip_index"].tolist()], strict=True))
+    ends = ({key: int(end) for key, end in zip(keys, clips["end"].tolist(), strict=True)}
+            if "end" in clips.columns else {})
+    human: dict[tuple[str, int], Any] = {}
+    if "human_label" in clips.columns:
+        labels = dict(zip(keys, clips["human_label"].tolist(), strict=True))
+        human = {key: label for key, label in labels.items()
+                 if isinstance(label, str) or (label is not None and not pd.isna(label))}
+    return ends, human
 
 
 # The columns computed here; every other summary column comes from the trajectory table.
@@ -295,9 +312,9 @@ def _source_column(trajectories: pd.DataFrame, name: str) -> Any:
     their type again, as before), a missing column as NaN."""
     if name not in trajectories.columns:
         return [np.nan] * len(trajectories)
-    column = trajectories[name]
+    column = trajectories[name].array
     if column.dtype == _STR and not column.isna().all():
-        return column.array
+        return column
     return column.tolist()
 
 
@@ -321,9 +338,7 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
             assessed_by_traj[r["trajectory_id"]].append(r)
     routing_by_traj = {r["trajectory_id"]: r for r in _records(routing)}
     tools_by_traj = tool_clips_by_trajectory(clips) if has_react else {}
-    ends = {key: int(end) for key, end in _by_clip(clips, "end").items()}
-    human = {key: label for key, label in _by_clip(clips, "human_label").items()
-             if label is not None and not pd.isna(label)}
+    ends, human = _clip_columns(clips)
     out: dict[str, list[Any]] = {c: [] for c in _COMPUTED}
     responses = (trajectories["raw_response"].tolist() if "raw_response" in trajectories.columns
                  else [None] * len(trajectories))
@@ -371,13 +386,18 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
         out["routing_passed"].append(bool(routed["passed"]) if routed is not None else None)
         out["routing_reason"].append(routed["reason"] if routed is not None else None)
         # (clip, judges' mean score, the source's step label) for agreement figures.
-        out["labelled_clips"].append(json.dumps([
+        labelled = [
             [int(r["clip_index"]), r["mean_score"], human[(tid, int(r["clip_index"]))]]
             for r in clip_rows
             if r["status"] == "ok" and (tid, int(r["clip_index"])) in human
-        ]))
+        ] if human else []
+        out["labelled_clips"].append(json.dumps(labelled) if labelled else "[]")
         out["evaluation_metadata"].append(json.dumps(meta, ensure_ascii=False))
         out["full_response_with_evaluations"].append(full)
-    columns = {c: out[c] if c in out else _source_column(trajectories, c)
-               for c in SUMMARY_COLUMNS}
+    columns: dict[str, Any] = {c: out[c] if c in out else _source_column(trajectories, c)
+                               for c in SUMMARY_COLUMNS}
+    for name in ("labelled_clips", "evaluation_metadata", "full_response_with_evaluations"):
+        # Texts, every one: the type pandas would infer, without inferring it (a third of
+        # the table's construction for the long embedded responses).
+        columns[name] = pd.array(columns[name], dtype=_STR)
     return pd.DataFrame(columns, columns=SUMMARY_COLUMNS)
