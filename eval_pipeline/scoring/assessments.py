@@ -27,7 +27,7 @@ from html import escape
 from typing import Any
 
 from eval_pipeline.rubrics import EVAL_CATEGORY_ASSESSMENT, EVAL_TRAJECTORY_ASSESSMENT
-from eval_pipeline.scoring.averaging import indented_json, json_object, mean
+from eval_pipeline.scoring.averaging import indented_json, json_list, json_object, mean
 
 CATEGORY_KEY = "category_assessments"
 FINAL_KEY = "final_trajectory_assessment"
@@ -47,7 +47,7 @@ def _block(row: Mapping[str, Any]) -> dict[str, Any]:
         "summary": row.get("summary") or "",
         "reasoning": row.get("reasoning") or "",
     }
-    errors = json.loads(row.get("errors") or "[]")
+    errors = json_list(row.get("errors"))
     if errors:
         block["errors"] = errors
     return block
@@ -82,7 +82,7 @@ def _element(tag: str, row: Mapping[str, Any], attributes: str = "") -> str:
     n = int(row["n_judges_succeeded"])
     model_info = f"<model_info>Averaged from {n} model{'s' if n != 1 else ''}</model_info>\n"
     if row["status"] != "ok":
-        errors = "; ".join(json.loads(row.get("errors") or "[]"))
+        errors = "; ".join(json_list(row.get("errors")))
         return (f"\n<{tag}{attributes}>\n<error>No judge could make this assessment: "
                 f"{_text(errors)}</error>\n</{tag}>\n")
     scores = indented_json(json_object(row["scores"]))

@@ -46,6 +46,16 @@ def json_object(value: Any) -> dict[str, Any]:
     return json.loads(value)
 
 
+def json_list(value: Any) -> list[Any]:
+    """A JSON-array column's value (the errors) as a list: empty for ``[]`` or nothing,
+    without a decoder call for the empty array most rows hold."""
+    if isinstance(value, list):
+        return value
+    if not value or value == "[]":
+        return []
+    return json.loads(value)
+
+
 def majority_label(labels: Iterable[Any]) -> tuple[str | None, dict[str, int]]:
     """The most common label and the counts; no label on a tie (the judges disagree evenly)."""
     counts: dict[str, int] = defaultdict(int)
@@ -72,8 +82,9 @@ def mean(values: list[float]) -> float:
     return fmean(values)
 
 
-def _decode_scores(values: list[Any]) -> list[dict[str, Any]]:
-    """Every ok row's scores, the JSON texts decoded in one call instead of one each."""
+def decode_json_objects(values: list[Any]) -> list[dict[str, Any]]:
+    """``json_object`` of each value (scores of many rows), the JSON texts decoded in one
+    call instead of one each."""
     texts = [v for v in values if isinstance(v, str) and v]
     if len(texts) == len(values):
         try:
@@ -210,7 +221,7 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
     ok_rows = [status == "ok" for status in statuses]
     ok_at = [i for i, ok in enumerate(ok_rows) if ok]
     parsed: list[dict[str, Any] | None] = [None] * n
-    for i, decoded in zip(ok_at, _decode_scores([scores[i] for i in ok_at]), strict=True):
+    for i, decoded in zip(ok_at, decode_json_objects([scores[i] for i in ok_at]), strict=True):
         parsed[i] = decoded
     failed_at = {i for i, e in enumerate(errors) if isinstance(e, str) and e}
     judges_json: dict[tuple[str, ...], str] = {}

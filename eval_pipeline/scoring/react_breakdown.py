@@ -31,13 +31,20 @@ TOOL_USAGE_KEY = "tool_usage"
 
 def tool_clips_by_trajectory(clips: pd.DataFrame) -> dict[str, dict[int, str]]:
     """Every tool clip's tool name (its type when the source named none), by trajectory."""
-    out: dict[str, dict[int, str]] = defaultdict(dict)
     if not len(clips) or "tool_type" not in clips.columns:
-        return out  # a table without tool types cannot say which clips are calls
+        return defaultdict(dict)  # a table without tool types cannot say which are calls
     names = clips["tool_name"].tolist() if "tool_name" in clips.columns else [None] * len(clips)
-    for tid, ci, tool_type, name in zip(clips["trajectory_id"].tolist(),
-                                        clips["clip_index"].tolist(),
-                                        clips["tool_type"].tolist(), names, strict=True):
+    return tool_clips(clips["trajectory_id"].tolist(), clips["clip_index"].tolist(),
+                      clips["tool_type"].tolist(), names)
+
+
+def tool_clips(trajectory_ids: Sequence[Any], clip_indexes: Sequence[Any],
+               tool_types: Sequence[Any], tool_names: Sequence[Any]
+               ) -> dict[str, dict[int, str]]:
+    """:func:`tool_clips_by_trajectory` from the clips' columns as lists."""
+    out: dict[str, dict[int, str]] = defaultdict(dict)
+    for tid, ci, tool_type, name in zip(trajectory_ids, clip_indexes, tool_types, tool_names,
+                                        strict=True):
         if tool_type != FINAL_TOOL_TYPE:
             out[str(tid)][int(ci)] = name if isinstance(name, str) and name else str(tool_type)
     return out

@@ -33,12 +33,13 @@ from eval_pipeline.rubrics import (
 )
 from eval_pipeline.scoring.assessments import FINAL_KEY, assessment_blocks, assessment_metadata
 from eval_pipeline.scoring.averaging import (
-    _decode_scores,
+    decode_json_objects,
     indented_json,
+    json_list,
     json_object,
     mean,
 )
-from eval_pipeline.scoring.react_breakdown import react_breakdown, tool_clips_by_trajectory
+from eval_pipeline.scoring.react_breakdown import react_breakdown, tool_clips
 
 SUMMARY_COLUMNS = [
     "trajectory_id", "batch", "task_id", "source_format", "source_file", "source_line",
@@ -103,11 +104,16 @@ def react_label_text(row: Mapping[str, Any]) -> str:
     return label if n == 1 else f"{label} ({counts.get(label, 0)} of {n} judges)"
 
 
+_REACT_ORDER = {k: i for i, k in enumerate(REACT_EVALUATIONS)}
+
+
 def react_checks_line(react_rows: Sequence[Mapping[str, Any]]) -> str:
     """``<react_checks>thought_to_tool: correct; query_to_thought: correct</react_checks>``."""
-    order = {k: i for i, k in enumerate(REACT_EVALUATIONS)}
+    if not react_rows:
+        return ""
     parts = [f"{r['evaluation_kind']}: {react_label_text(r)}"
-             for r in sorted(react_rows, key=lambda r: order.get(r["evaluation_kind"], 99))]
+             for r in sorted(react_rows,
+                             key=lambda r: _REACT_ORDER.get(r["evaluation_kind"], 99))]
     return f"<react_checks>{'; '.join(parts)}</react_checks>\n" if parts else ""
 
 
@@ -118,7 +124,7 @@ def _text(value: Any) -> str:
 
 
 def _errors_text(row: Mapping[str, Any]) -> str:
-    return _text("; ".join(json.loads(row["errors"] or "[]")))
+    return _text("; ".join(json_list(row["errors"])))
 
 
 def _model_info(row: Mapping[str, Any]) -> str:
@@ -261,7 +267,7 @@ def _averaged_records(averaged: pd.DataFrame) -> list[dict[str, Any]]:
     records = _records(averaged, _AVERAGED_USED)
     if not records:
         return records
-    for r, scores in zip(records, _decode_scores([r["scores"] for r in records]),
+    for r, scores in zip(records, decode_json_objects([r["scores"] for r in records]),
                          strict=True):
         r["scores"] = scores
     if "label_counts" in averaged.columns:
@@ -278,14 +284,17 @@ def _averaged_records(averaged: pd.DataFrame) -> list[dict[str, Any]]:
     return records
 
 
-def _clip_columns(clips: pd.DataFrame) -> tuple[dict[tuple[str, int], int],
-                                                dict[tuple[str, int], Any]]:
-    """Each clip's end offset and its source's step label (clips without one left out),
-    keyed by (trajectory, clip); the key columns read once for both."""
+def _clip_columns(clips: pd.DataFrame, tools: bool
+                  ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], Any],
+                             dict[str, dict[int, str]]]:
+    """Each clip's end offset, its source's step label (clips without one left out), keyed
+    by (trajectory, clip), and with ``tools`` each trajectory's tool clips
+    (:func:`tool_clips_by_trajectory`); the key columns read once for all three."""
     if not len(clips):
-        return {}, {}
-    keys = list(zip(clips["trajectory_id"].tolist(),
-                    [int(ci) for ci in clips["clip_index"].tolist()], strict=True))
+        return {}, {}, {}
+    tids = clips["trajectory_id"].tolist()
+    indexes = [int(ci) for ci in clips["clip_index"].tolist()]
+    keys = list(zip(tids, indexes, strict=True))
     ends = ({key: int(end) for key, end in zip(keys, clips["end"].tolist(), strict=True)}
             if "end" in clips.columns else {})
     human: dict[tuple[str, int], Any] = {}
@@ -293,7 +302,10 @@ def _clip_columns(clips: pd.DataFrame) -> tuple[dict[tuple[str, int], int],
         labels = dict(zip(keys, clips["human_label"].tolist(), strict=True))
         human = {key: label for key, label in labels.items()
                  if isinstance(label, str) or (label is not None and not pd.isna(label))}
-    return ends, human
+    if not tools or "tool_type" not in clips.columns:
+        return ends, human, {}
+    names = clips["tool_name"].tolist() if "tool_name" in clips.columns else [None] * len(tids)
+    return ends, human, tool_clips(tids, indexes, clips["tool_type"].tolist(), names)
 
 
 # The columns computed here; every other summary column comes from the trajectory table.
@@ -337,8 +349,7 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
         elif r["evaluation_kind"] in ASSESSMENT_KINDS:
             assessed_by_traj[r["trajectory_id"]].append(r)
     routing_by_traj = {r["trajectory_id"]: r for r in _records(routing)}
-    tools_by_traj = tool_clips_by_trajectory(clips) if has_react else {}
-    ends, human = _clip_columns(clips)
+    ends, human, tools_by_traj = _clip_columns(clips, has_react)
     out: dict[str, list[Any]] = {c: [] for c in _COMPUTED}
     responses = (trajectories["raw_response"].tolist() if "raw_response" in trajectories.columns
                  else [None] * len(trajectories))
