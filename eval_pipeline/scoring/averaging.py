@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from statistics import fmean
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from eval_pipeline.rubrics import REACT_EVALUATIONS
@@ -33,6 +34,7 @@ AVERAGED_COLUMNS = [
     "mean_score", "n_judges", "n_judges_succeeded", "judges", "spread", "summary", "reasoning",
     "errors", "label", "label_counts", "disagreement",
 ]
+_STR = pd.StringDtype("pyarrow", na_value=np.nan)  # pandas' own text type (``str``)
 # tool_type too: a trajectory's category assessments share clip_index -1 and differ by it.
 _KEYS = ["trajectory_id", "clip_index", "evaluation_kind", "tool_type"]
 
@@ -292,4 +294,19 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
         out["label"].append(label)
         out["label_counts"].append(counts_json[counts_key])
     out["scores"] = dumps_each(means_of)
-    return pd.DataFrame(out, columns=AVERAGED_COLUMNS)
+    columns: dict[str, Any] = dict(out)
+    for name in ("status", "scores", "judges", "errors", "label_counts"):
+        # Texts, every one: the type pandas would infer, without inferring it.
+        columns[name] = pd.array(out[name], dtype=_STR)
+    for name in ("n_judges", "n_judges_succeeded"):
+        columns[name] = np.array(out[name], dtype=np.int64)
+    columns["disagreement"] = np.array(out["disagreement"], dtype=bool)
+    firsts = [group[0] for group in groups]
+    for name in ("trajectory_id", "evaluation_kind", "tool_type"):
+        # A key column of pandas' own text type is taken as it is (no round trip through
+        # Python strings); keys are never missing.
+        keys = rows[name].array
+        if keys.dtype == _STR:
+            # One row per group: the groups are the rows, in order.
+            columns[name] = keys if len(firsts) == len(keys) else keys.take(firsts)
+    return pd.DataFrame(columns, columns=AVERAGED_COLUMNS)
