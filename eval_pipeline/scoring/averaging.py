@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from eval_pipeline.rubrics import REACT_EVALUATIONS
 
@@ -166,17 +168,14 @@ def _column(table: pd.DataFrame, name: str, n: int) -> list[Any]:
     return table[name].tolist() if name in table.columns else [None] * n
 
 
-def _group_rows(rows: pd.DataFrame) -> list[list[int]]:
+def _group_rows(keys: list[list[Any]], present: list[bool] | None) -> list[list[int]]:
     """Row numbers per (trajectory, clip, kind, tool type), groups in the order they first
-    appear and rows in table order; a row with a missing key belongs to no group (as in a
-    pandas group-by). A dict of key tuples: for a few thousand rows cheaper than pandas'
-    group codes, sort and counts, which cost more to set up than to run."""
-    keys = [rows[k] for k in _KEYS]  # a missing key column raises, as the group-by did
-    columns = [k.tolist() for k in keys]
-    present = (rows[_KEYS].notna().all(axis=1).tolist() if any(k.hasnans for k in keys)
-               else None)
+    appear and rows in table order; a row with a missing key (``present`` false) belongs
+    to no group (as in a pandas group-by). A dict of key tuples: for a few thousand rows
+    cheaper than pandas' group codes, sort and counts, which cost more to set up than to
+    run."""
     groups: dict[tuple[Any, ...], list[int]] = {}
-    for i, key in enumerate(zip(*columns, strict=True)):
+    for i, key in enumerate(zip(*keys, strict=True)):
         if present is not None and not present[i]:
             continue
         members = groups.get(key)
@@ -185,6 +184,54 @@ def _group_rows(rows: pd.DataFrame) -> list[list[int]]:
         else:
             members.append(i)
     return list(groups.values())
+
+
+def _group_means(ok: list[int], parsed: list[dict[str, Any] | None]
+                 ) -> tuple[dict[str, float], float | None, float | None]:
+    """A group's means per metric over its ok rows, their mean, and the spread (the largest
+    max - min over the judges, across the metrics)."""
+    if len(ok) == 1:  # one judge's scores: the means are its values, the spread 0
+        means = _floats(parsed[ok[0]] or {})
+        if not means:
+            return means, None, None
+        mean_score = mean(list(means.values()))
+        if math.isfinite(mean_score):  # every value finite: each max - min is 0
+            return means, mean_score, 0.0
+        return means, mean_score, max(v - v for v in means.values())
+    per_metric: dict[str, list[float]] = defaultdict(list)
+    for i in ok:
+        for metric, value in (parsed[i] or {}).items():
+            per_metric[metric].append(float(value))
+    if not per_metric:
+        return {}, None, None
+    means = {m: mean(v) for m, v in per_metric.items()}
+    return (means, mean(list(means.values())),
+            max(max(v) - min(v) for v in per_metric.values()))
+
+
+def _own_texts(rows: pd.DataFrame, name: str, ok_rows: list[bool]) -> Any:
+    """With one row per group, a text column's output as Arrow strings (pyarrow compute on
+    the column's own array, no Python strings): each ok row's own text, ``""`` where it
+    failed or had none (what ``_combined`` gives one row); None when the column is not
+    pandas' text type or would hold no text at all (pandas would infer another type from
+    the plain values)."""
+    if name not in rows.columns:
+        return None
+    array = rows[name].array
+    if array.dtype != _STR:
+        return None
+    data = array.__arrow_array__()
+    keep = pc.and_(pa.array(ok_rows, pa.bool_()), pc.fill_null(pc.not_equal(data, ""), True))
+    texts = pc.if_else(keep, data, pa.scalar("", data.type))
+    return None if texts.null_count == len(texts) else pd.array(texts, dtype=_STR)
+
+
+def _float_column(values: list[float | None]) -> Any:
+    """Floats with None as NaN, as pandas infers them (a column of only None stays
+    objects, as pandas leaves it)."""
+    if all(v is None for v in values):
+        return values
+    return np.array(values, dtype=np.float64)
 
 
 def average_judgments(judgments: Mapping[str, pd.DataFrame],
@@ -200,113 +247,115 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
     table order), and each group's rows keep that order, so combined texts read the same
     on every run.
 
-    Most groups are one judge's one row (every group, with one judge): their means are
-    that row's scores, their spread 0, their texts the row's own, so those take a short
-    path; only groups of several rows collect values per metric.
+    Built column by column: with one judge every group is one row (the groups are the
+    table's rows, in order), so the key and text columns pass through as Arrow strings
+    and only the scores, labels and errors go through Python values.
     """
     named = [(name, df) for name, df in judgments.items() if len(df)]
     if not named:
         return pd.DataFrame(columns=AVERAGED_COLUMNS)
     rows = named[0][1] if len(named) == 1 else pd.concat(
         [df for _, df in named], ignore_index=True)
-    judges = [name for name, df in named for _ in range(len(df))]
-    groups = _group_rows(rows)
     n = len(rows)
-    tids, clip_indexes, kinds = (_column(rows, c, n)
-                                 for c in ("trajectory_id", "clip_index", "evaluation_kind"))
-    tool_types, statuses, scores = (_column(rows, c, n)
-                                    for c in ("tool_type", "status", "scores"))
-    summaries, reasonings, errors = (_column(rows, c, n)
-                                     for c in ("summary", "reasoning", "error"))
-    labels = _column(rows, "label", n)
-    has_labels = "label" in rows.columns
+    judges = [name for name, df in named for _ in range(len(df))]
+    key_columns = [rows[k] for k in _KEYS]  # a missing key column raises, as a group-by
+    keys = [column.tolist() for column in key_columns]
+    present = (rows[_KEYS].notna().all(axis=1).tolist()
+               if any(column.hasnans for column in key_columns) else None)
+    groups = _group_rows(keys, present)
+    single = len(groups) == n  # one row per group: the groups are the rows, in order
+    firsts = list(range(n)) if single else [group[0] for group in groups]
+    statuses, scores = _column(rows, "status", n), _column(rows, "scores", n)
     ok_rows = [status == "ok" for status in statuses]
     ok_at = [i for i, ok in enumerate(ok_rows) if ok]
     parsed: list[dict[str, Any] | None] = [None] * n
     for i, decoded in zip(ok_at, decode_json_objects([scores[i] for i in ok_at]), strict=True):
         parsed[i] = decoded
-    failed_at = {i for i, e in enumerate(errors) if isinstance(e, str) and e}
-    judges_json: dict[tuple[str, ...], str] = {}
-    counts_json: dict[tuple[tuple[str, int], ...], str] = {(): "{}"}
-    one_judge = len(named) == 1
-    if one_judge:
-        judges_json[(named[0][0],)] = json.dumps([named[0][0]])
+    oks = ([[i] if ok else [] for i, ok in enumerate(ok_rows)] if single else
+           [[i for i in group if ok_rows[i]] for group in groups])
+    n_ok = [len(ok) for ok in oks]
+    results = [_group_means(ok, parsed) for ok in oks]
+    means_of = [r[0] for r in results]
+    spreads = [r[2] for r in results]
+    kinds = [keys[2][i] for i in firsts]
 
-    out: dict[str, list[Any]] = {c: [] for c in AVERAGED_COLUMNS if c != "scores"}
-    means_of: list[dict[str, float]] = []
-    for group in groups:
-        start = group[0]
-        ok = [i for i in group if ok_rows[i]] if len(group) > 1 else (
-            group if ok_rows[start] else [])
-        kind = kinds[start]
-        spread: float | None
-        if len(ok) == 1:
-            only = ok[0]
-            means = _floats(parsed[only] or {})
-            mean_score = mean(list(means.values())) if means else None
-            if mean_score is not None and math.isfinite(mean_score):
-                spread = 0.0  # every value finite: each metric's max - min is 0
-            else:
-                spread = max(v - v for v in means.values()) if means else None
-            text = summaries[only]
-            summary = text if text else ""
-            text = reasonings[only]
-            reasoning = text if text else ""
-        else:
-            per_metric: dict[str, list[float]] = defaultdict(list)
-            for i in ok:
-                for metric, value in (parsed[i] or {}).items():
-                    per_metric[metric].append(float(value))
-            means = {m: mean(v) for m, v in per_metric.items()}
-            mean_score = mean(list(means.values())) if means else None
-            spread = max(max(v) - min(v) for v in per_metric.values()) if means else None
-            summary = _combined([summaries[i] for i in ok], len(ok) > 1)
-            reasoning = _combined([reasonings[i] for i in ok], len(ok) > 1)
-        # Only the ReAct kinds have labels; a rubric row's label (the heuristic writes
-        # "heuristic" there) is not a verdict to take a majority of.
-        if has_labels and kind in REACT_EVALUATIONS:
-            label, label_counts = majority_label(labels[i] for i in ok)
-            counts_key = tuple(label_counts.items())
-            if counts_key not in counts_json:
-                counts_json[counts_key] = json.dumps(label_counts, ensure_ascii=False)
-        else:
-            label, counts_key = None, ()
-        names = (judges[start],) if one_judge else tuple(sorted({judges[i] for i in group}))
-        if names not in judges_json:
-            judges_json[names] = json.dumps(list(names))
-        out["trajectory_id"].append(tids[start])
-        out["clip_index"].append(int(clip_indexes[start]))
-        out["evaluation_kind"].append(kind)
-        out["tool_type"].append(tool_types[start])
-        out["status"].append("ok" if ok else "failed")
-        means_of.append(means)
-        out["mean_score"].append(mean_score)
-        out["n_judges"].append(len(group))
-        out["n_judges_succeeded"].append(len(ok))
-        out["judges"].append(judges_json[names])
-        out["spread"].append(spread)
-        out["disagreement"].append(disagreement_threshold is not None and len(ok) >= 2
-                                   and spread is not None and spread > disagreement_threshold)
-        out["summary"].append(summary)
-        out["reasoning"].append(reasoning)
-        failures = [f"{judges[i]}: {errors[i]}" for i in group if i in failed_at]
-        out["errors"].append(json.dumps(failures, ensure_ascii=False) if failures else "[]")
-        out["label"].append(label)
-        out["label_counts"].append(counts_json[counts_key])
-    out["scores"] = dumps_each(means_of)
-    columns: dict[str, Any] = dict(out)
-    for name in ("status", "scores", "judges", "errors", "label_counts"):
-        # Texts, every one: the type pandas would infer, without inferring it.
-        columns[name] = pd.array(out[name], dtype=_STR)
-    for name in ("n_judges", "n_judges_succeeded"):
-        columns[name] = np.array(out[name], dtype=np.int64)
-    columns["disagreement"] = np.array(out["disagreement"], dtype=bool)
-    firsts = [group[0] for group in groups]
-    for name in ("trajectory_id", "evaluation_kind", "tool_type"):
+    columns: dict[str, Any] = {
+        "trajectory_id": [keys[0][i] for i in firsts],
+        "clip_index": [int(keys[1][i]) for i in firsts],
+        "evaluation_kind": kinds,
+        "tool_type": [keys[3][i] for i in firsts],
+        "status": pd.array(["ok" if k else "failed" for k in n_ok], dtype=_STR),
+        "scores": pd.array(dumps_each(means_of), dtype=_STR),
+        "mean_score": _float_column([r[1] for r in results]),
+        "n_judges": np.array([len(group) for group in groups], dtype=np.int64),
+        "n_judges_succeeded": np.array(n_ok, dtype=np.int64),
+        "spread": _float_column(spreads),
+        "disagreement": np.array(
+            [disagreement_threshold is not None and k >= 2 and spread is not None
+             and spread > disagreement_threshold for k, spread in zip(n_ok, spreads,
+                                                                      strict=True)],
+            dtype=bool),
+    }
+    for name, source in (("trajectory_id", 0), ("evaluation_kind", 2), ("tool_type", 3)):
         # A key column of pandas' own text type is taken as it is (no round trip through
         # Python strings); keys are never missing.
-        keys = rows[name].array
-        if keys.dtype == _STR:
-            # One row per group: the groups are the rows, in order.
-            columns[name] = keys if len(firsts) == len(keys) else keys.take(firsts)
+        array = key_columns[source].array
+        if array.dtype == _STR:
+            columns[name] = array if single else array.take(firsts)
+    if single and key_columns[1].dtype == np.int64:
+        columns["clip_index"] = key_columns[1].to_numpy()
+    for name in ("summary", "reasoning"):
+        own = _own_texts(rows, name, ok_rows) if single else None
+        if own is None:
+            texts = _column(rows, name, n)
+            own = [_combined([texts[i] for i in ok], len(ok) > 1) for ok in oks]
+        columns[name] = own
+
+    # Judges' names, the failures' errors, the labels: a few distinct texts each.
+    if len(named) == 1:
+        columns["judges"] = pd.array([json.dumps([named[0][0]])] * len(groups), dtype=_STR)
+    else:
+        judges_json: dict[tuple[str, ...], str] = {}
+        for group in groups:
+            names = tuple(sorted({judges[i] for i in group}))
+            if names not in judges_json:
+                judges_json[names] = json.dumps(list(names))
+        columns["judges"] = pd.array(
+            [judges_json[tuple(sorted({judges[i] for i in group}))] for group in groups],
+            dtype=_STR)
+    errors = _column(rows, "error", n)
+    failed = [i for i, e in enumerate(errors) if isinstance(e, str) and e]
+    errors_out = ["[]"] * len(groups)
+    if failed:
+        failed_at = set(failed)
+        for g, group in enumerate(groups):
+            failures = [f"{judges[i]}: {errors[i]}" for i in group if i in failed_at]
+            if failures:
+                errors_out[g] = json.dumps(failures, ensure_ascii=False)
+    columns["errors"] = pd.array(errors_out, dtype=_STR)
+    # Only the ReAct kinds have labels; a rubric row's label (the heuristic writes
+    # "heuristic" there) is not a verdict to take a majority of.
+    labels_out: list[str | None] = [None] * len(groups)
+    counts_out = ["{}"] * len(groups)
+    if "label" in rows.columns:
+        labels = rows["label"].tolist()
+        counts_json: dict[tuple[tuple[str, int], ...], str] = {}
+        for g, (kind, ok) in enumerate(zip(kinds, oks, strict=True)):
+            if kind not in REACT_EVALUATIONS or not ok:
+                continue
+            if len(ok) == 1:  # one judge's label, if any, is the majority of one
+                label = labels[ok[0]]
+                if not isinstance(label, str) or not label:
+                    continue
+                label_counts = {label: 1}
+            else:
+                label, label_counts = majority_label(labels[i] for i in ok)
+            if label_counts:
+                counts_key = tuple(label_counts.items())
+                if counts_key not in counts_json:
+                    counts_json[counts_key] = json.dumps(label_counts, ensure_ascii=False)
+                counts_out[g] = counts_json[counts_key]
+            labels_out[g] = label
+    columns["label"] = labels_out
+    columns["label_counts"] = pd.array(counts_out, dtype=_STR)
     return pd.DataFrame(columns, columns=AVERAGED_COLUMNS)
