@@ -33,7 +33,7 @@ CATEGORY_KEY = "category_assessments"
 FINAL_KEY = "final_trajectory_assessment"
 
 __all__ = ["CATEGORY_KEY", "FINAL_KEY", "assessment_blocks", "assessment_metadata",
-           "pooled_assessments"]
+           "element_text", "model_info", "pooled_assessments"]
 
 
 def _block(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,22 +74,39 @@ def assessment_metadata(rows: Sequence[Mapping[str, Any]],
     return out
 
 
-def _text(value: Any) -> str:
-    return escape(str(value), quote=False)
+def element_text(value: Any) -> str:
+    """A judge's words (summary, reasoning, errors) as element text: ``<``, ``>`` and ``&``
+    escaped, so a reply cannot close the block it sits in or add elements to the output.
+    (Most texts hold none of the three: three scans instead of three copies.)"""
+    text = value if type(value) is str else str(value)
+    if "&" in text or "<" in text or ">" in text:
+        return escape(text, quote=False)
+    return text
+
+
+_MODEL_INFO: dict[int, str] = {}
+
+
+def model_info(n: int) -> str:
+    """``<model_info>Averaged from n models</model_info>`` (one text per count, kept)."""
+    text = _MODEL_INFO.get(n)
+    if text is None:
+        text = f"<model_info>Averaged from {n} model{'s' if n != 1 else ''}</model_info>\n"
+        if len(_MODEL_INFO) < 64:
+            _MODEL_INFO[n] = text
+    return text
 
 
 def _element(tag: str, row: Mapping[str, Any], attributes: str = "") -> str:
-    n = int(row["n_judges_succeeded"])
-    model_info = f"<model_info>Averaged from {n} model{'s' if n != 1 else ''}</model_info>\n"
     if row["status"] != "ok":
         errors = "; ".join(json_list(row.get("errors")))
         return (f"\n<{tag}{attributes}>\n<error>No judge could make this assessment: "
-                f"{_text(errors)}</error>\n</{tag}>\n")
+                f"{element_text(errors)}</error>\n</{tag}>\n")
     scores = indented_json(json_object(row["scores"]))
     return (f"\n<{tag}{attributes}>\n<scores>\n{scores}\n</scores>\n"
-            f"<summary>{_text(row.get('summary') or '')}</summary>\n"
-            f"<reasoning>{_text(row.get('reasoning') or '')}</reasoning>\n"
-            f"{model_info}</{tag}>\n")
+            f"<summary>{element_text(row.get('summary') or '')}</summary>\n"
+            f"<reasoning>{element_text(row.get('reasoning') or '')}</reasoning>\n"
+            f"{model_info(int(row['n_judges_succeeded']))}</{tag}>\n")
 
 
 def assessment_blocks(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from html import escape
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,13 @@ from eval_pipeline.rubrics import (
     EVAL_THOUGHT_TO_TOOL,
     REACT_EVALUATIONS,
 )
-from eval_pipeline.scoring.assessments import FINAL_KEY, assessment_blocks, assessment_metadata
+from eval_pipeline.scoring.assessments import (
+    FINAL_KEY,
+    assessment_blocks,
+    assessment_metadata,
+    element_text,
+    model_info,
+)
 from eval_pipeline.scoring.averaging import (
     decode_json_objects,
     indented_json,
@@ -96,12 +101,14 @@ def react_label_text(row: Mapping[str, Any]) -> str:
     """How one averaged ReAct row reads in the embedded text: the label and the agreement."""
     if row["status"] != "ok":
         return "not scored"
-    counts = json_object(row.get("label_counts"))
     n = int(row["n_judges_succeeded"])
     label = row.get("label")
+    if isinstance(label, str) and label and n == 1:
+        return label  # one judge: its label, no counts to read
+    counts = json_object(row.get("label_counts"))
     if not isinstance(label, str) or not label:
         return "split (" + ", ".join(f"{k} {v}" for k, v in counts.items()) + ")"
-    return label if n == 1 else f"{label} ({counts.get(label, 0)} of {n} judges)"
+    return f"{label} ({counts.get(label, 0)} of {n} judges)"
 
 
 _REACT_ORDER = {k: i for i, k in enumerate(REACT_EVALUATIONS)}
@@ -117,19 +124,12 @@ def react_checks_line(react_rows: Sequence[Mapping[str, Any]]) -> str:
     return f"<react_checks>{'; '.join(parts)}</react_checks>\n" if parts else ""
 
 
-def _text(value: Any) -> str:
-    """A judge's words (summary, reasoning, errors) as element text: ``<``, ``>`` and ``&``
-    escaped, so a reply cannot close the block it sits in or add elements to the output."""
-    return escape(str(value), quote=False)
-
-
 def _errors_text(row: Mapping[str, Any]) -> str:
-    return _text("; ".join(json_list(row["errors"])))
+    return element_text("; ".join(json_list(row["errors"])))
 
 
 def _model_info(row: Mapping[str, Any]) -> str:
-    n = int(row["n_judges_succeeded"])
-    return f"<model_info>Averaged from {n} model{'s' if n != 1 else ''}</model_info>\n"
+    return model_info(int(row["n_judges_succeeded"]))
 
 
 def clip_evaluation_block(row: Mapping[str, Any] | None,
@@ -147,8 +147,8 @@ def clip_evaluation_block(row: Mapping[str, Any] | None,
     scores = indented_json(json_object(row["scores"]))
     return (
         f"\n<clip_evaluation>\n<scores>\n{scores}\n</scores>\n"
-        f"<summary>{_text(row['summary'])}</summary>\n"
-        f"<reasoning>{_text(row['reasoning'])}</reasoning>\n"
+        f"<summary>{element_text(row['summary'])}</summary>\n"
+        f"<reasoning>{element_text(row['reasoning'])}</reasoning>\n"
         f"{_model_info(row)}{react}</clip_evaluation>\n"
     )
 
@@ -164,8 +164,8 @@ def trajectory_evaluation_block(row: Mapping[str, Any]) -> str:
         "\n<trajectory_evaluation>\n"
         f"<sequence_optimality>{react_label_text(row)}</sequence_optimality>\n"
         f"<score>{score}</score>\n"
-        f"<summary>{_text(row['summary'])}</summary>\n"
-        f"<reasoning>{_text(row['reasoning'])}</reasoning>\n"
+        f"<summary>{element_text(row['summary'])}</summary>\n"
+        f"<reasoning>{element_text(row['reasoning'])}</reasoning>\n"
         f"{_model_info(row)}</trajectory_evaluation>\n"
     )
 
@@ -178,22 +178,28 @@ def react_evaluations(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ``total`` clips, and the majority labels counted. sequence_optimality: the averaged
     score and label of the trajectory's single row. A kind nobody scored has no accuracy.
     """
+    per_kind: dict[str, list[Mapping[str, Any]]] = {EVAL_THOUGHT_TO_TOOL: [],
+                                                   EVAL_QUERY_TO_THOUGHT: [],
+                                                   EVAL_SEQUENCE_OPTIMALITY: []}
+    for r in rows:
+        kind_rows = per_kind.get(r["evaluation_kind"])
+        if kind_rows is not None:
+            kind_rows.append(r)
     block: dict[str, Any] = {}
     for kind in (EVAL_THOUGHT_TO_TOOL, EVAL_QUERY_TO_THOUGHT):
-        kind_rows = [r for r in rows if r["evaluation_kind"] == kind]
-        scored = [json_object(r["scores"])[kind] for r in kind_rows if r["status"] == "ok"]
+        kind_rows = per_kind[kind]
+        ok_rows = [r for r in kind_rows if r["status"] == "ok"]
+        scored = [json_object(r["scores"])[kind] for r in ok_rows]
         labels: dict[str, int] = defaultdict(int)
-        for r in kind_rows:
-            if r["status"] == "ok":
-                labels[react_label_text(r).split(" (")[0]] += 1
+        for r in ok_rows:
+            labels[react_label_text(r).split(" (")[0]] += 1
         block[kind] = {
             "accuracy": mean(scored) if scored else None,
             "scored": len(scored),
             "total": len(kind_rows),
             "labels": dict(sorted(labels.items())),
         }
-    seq = [r for r in rows if r["evaluation_kind"] == EVAL_SEQUENCE_OPTIMALITY]
-    seq_ok = [r for r in seq if r["status"] == "ok"]
+    seq_ok = [r for r in per_kind[EVAL_SEQUENCE_OPTIMALITY] if r["status"] == "ok"]
     block[EVAL_SEQUENCE_OPTIMALITY] = {
         "score": json_object(seq_ok[0]["scores"])[EVAL_SEQUENCE_OPTIMALITY] if seq_ok
         else None,
