@@ -226,12 +226,14 @@ def _own_texts(rows: pd.DataFrame, name: str, ok_rows: list[bool]) -> Any:
     return None if texts.null_count == len(texts) else pd.array(texts, dtype=_STR)
 
 
-def _float_column(values: list[float | None]) -> Any:
-    """Floats with None as NaN, as pandas infers them (a column of only None stays
-    objects, as pandas leaves it)."""
-    if all(v is None for v in values):
-        return values
-    return np.array(values, dtype=np.float64)
+def float_column(values: list[Any]) -> Any:
+    """Numbers with None for missing as the float64 column pandas infers from them, built
+    without inferring; a column with no float at all (only None, or ints pandas would keep
+    as ints) stays the plain values, for pandas to infer as before."""
+    if any(type(v) is float for v in values) and all(
+            type(v) is float or v is None for v in values):
+        return np.array(values, dtype=np.float64)
+    return values
 
 
 def average_judgments(judgments: Mapping[str, pd.DataFrame],
@@ -286,10 +288,10 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
         "tool_type": [keys[3][i] for i in firsts],
         "status": pd.array(["ok" if k else "failed" for k in n_ok], dtype=_STR),
         "scores": pd.array(dumps_each(means_of), dtype=_STR),
-        "mean_score": _float_column([r[1] for r in results]),
+        "mean_score": float_column([r[1] for r in results]),
         "n_judges": np.array([len(group) for group in groups], dtype=np.int64),
         "n_judges_succeeded": np.array(n_ok, dtype=np.int64),
-        "spread": _float_column(spreads),
+        "spread": float_column(spreads),
         "disagreement": np.array(
             [disagreement_threshold is not None and k >= 2 and spread is not None
              and spread > disagreement_threshold for k, spread in zip(n_ok, spreads,

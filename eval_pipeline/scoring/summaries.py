@@ -39,6 +39,7 @@ from eval_pipeline.scoring.assessments import (
 )
 from eval_pipeline.scoring.averaging import (
     decode_json_objects,
+    float_column,
     indented_json,
     json_list,
     json_object,
@@ -331,7 +332,7 @@ def _source_column(trajectories: pd.DataFrame, name: str) -> Any:
     if name not in trajectories.columns:
         return [np.nan] * len(trajectories)
     column = trajectories[name].array
-    if column.dtype == _STR and not column.isna().all():
+    if column.dtype == _STR and column.__arrow_array__().null_count < len(column):
         return column
     return column.tolist()
 
@@ -417,4 +418,10 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
         # Texts, every one: the type pandas would infer, without inferring it (a third of
         # the table's construction for the long embedded responses).
         columns[name] = pd.array(columns[name], dtype=_STR)
+    for name in ("total_clips", "successful_evaluations"):
+        columns[name] = np.array(columns[name], dtype=np.int64)
+    for name in ("success_rate", "overall_trajectory_score", "thought_to_tool_accuracy",
+                 "query_to_thought_accuracy", "sequence_optimality",
+                 "trajectory_assessment_score"):
+        columns[name] = float_column(columns[name])
     return pd.DataFrame(columns, columns=SUMMARY_COLUMNS)
