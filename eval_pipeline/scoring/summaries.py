@@ -424,4 +424,4 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
                  "query_to_thought_accuracy", "sequence_optimality",
                  "trajectory_assessment_score"):
         columns[name] = float_column(columns[name])
-    return pd.DataFrame(columns, columns=SUMMARY_COLUMNS)
+    return pd.DataFrame(columns)  # built in SUMMARY_COLUMNS' order: no reindexing
