@@ -143,22 +143,21 @@ def test_duplicated_keys_with_one_judge_take_the_general_path() -> None:
 
 
 def test_summaries_pass_texts_through_as_plain_values_would() -> None:
-    """Trajectory columns of pandas' text type pass through as Arrow strings; as objects
-    they go through Python values: the same summary table (a column that is all missing
-    included)."""
+    """Trajectory columns of pandas' text type pass through as Arrow strings, number
+    columns as numpy arrays; as objects they go through Python values: the same summary
+    table (a text column that is all missing included)."""
     trajectories = pd.DataFrame({
         "trajectory_id": ["t0", "t1", "t2"], "batch": ["b"] * 3, "task_id": ["x", None, "z"],
         "raw_response": ["<think>a</think>é" * 3, "<answer>b</answer>", "中文 text"],
         "final_result": pd.array([None] * 3, dtype="str"), "success": [True, None, False],
-        "source_line": [1, 2, 3],
+        "source_line": [1, 2, 3], "duration": [1.5, None, -0.0],
     })
     clips = pd.DataFrame({"trajectory_id": ["t0", "t0", "t1", "t2"], "clip_index": [0, 1, 0, 0],
                           "end": [16, 51, 18, 2], "tool_type": ["search", "final", "final",
                                                                 "final"]})
     averaged = average_judgments({"h": _judged(12)})
     with_arrow = summarize_trajectories(trajectories, clips, averaged, ["h_h"])
-    as_objects = trajectories.astype({c: object for c in trajectories.columns
-                                      if trajectories[c].dtype == "str"})
+    as_objects = trajectories.astype(object)
     plain = summarize_trajectories(as_objects, clips, averaged, ["h_h"])
     assert digest_table(with_arrow) == digest_table(plain)
     assert math.isnan(with_arrow["final_result"].iloc[0])

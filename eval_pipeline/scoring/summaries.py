@@ -326,12 +326,16 @@ _STR = pd.StringDtype("pyarrow", na_value=np.nan)
 
 def _source_column(trajectories: pd.DataFrame, name: str) -> Any:
     """A summary column taken from the trajectory table as a plain-record table would hold
-    it: pandas' own text columns as they are (no round trip of long texts through Python
-    strings, which cost as much as the rest), others through Python values (pandas infers
-    their type again, as before), a missing column as NaN."""
+    it: pandas' own text columns and numpy number columns as they are (no round trip of
+    long texts through Python strings, which cost as much as the rest; numbers would come
+    back the same), others through Python values (pandas infers their type again, as
+    before), a missing column as NaN."""
     if name not in trajectories.columns:
         return [np.nan] * len(trajectories)
-    column = trajectories[name].array
+    series = trajectories[name]
+    if series.dtype.kind in "iufb":  # numpy numbers and flags: what their values give back
+        return series.to_numpy()
+    column = series.array
     if column.dtype == _STR and column.__arrow_array__().null_count < len(column):
         return column
     return column.tolist()
