@@ -8,11 +8,14 @@ same way: their single metric is 1.0 or 0.0 per judge, so the mean over the judg
 succeeded is the judges' agreement with the positive label, and the row also carries the
 majority label.
 
-The group-by is done once for the whole table (group codes, counts, first rows with
-numpy), not one pandas sub-frame per clip, which cost about 6 ms a group. What is left per
-group are reductions over one to a few judges' plain Python values. The means stay
-``statistics.fmean`` (an exact ``fsum``) rather than a numpy group mean, whose summation
-differs in the last bit, and that bit shows in the JSON of the scores.
+The rows are grouped once for the whole table (a dict of key tuples), not one pandas
+sub-frame per clip, which cost about 6 ms a group, and the output is built column by
+column: with one judge every group is one row, so the key and text columns pass through
+as Arrow strings (pyarrow compute picks the text or ``""``), the scores of all rows are
+decoded in one ``json.loads`` and encoded in one ``json.dumps``, and only the per-group
+reductions over one to a few judges' plain Python values are left to Python. The means
+stay ``statistics.fmean`` (an exact ``fsum``) rather than a numpy or pandas group mean,
+whose summation differs in the last bit, and that bit shows in the JSON of the scores.
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ AVERAGED_COLUMNS = [
     "mean_score", "n_judges", "n_judges_succeeded", "judges", "spread", "summary", "reasoning",
     "errors", "label", "label_counts", "disagreement",
 ]
-_STR = pd.StringDtype("pyarrow", na_value=np.nan)  # pandas' own text type (``str``)
 # tool_type too: a trajectory's category assessments share clip_index -1 and differ by it.
 _KEYS = ["trajectory_id", "clip_index", "evaluation_kind", "tool_type"]
+_STR = pd.StringDtype("pyarrow", na_value=np.nan)  # pandas' own text type (``str``)
 
 
 def json_object(value: Any) -> dict[str, Any]:
@@ -274,6 +277,8 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
     present = (rows[_KEYS].notna().all(axis=1).tolist()
                if any(_has_missing(column) for column in key_columns) else None)
     groups = _group_rows(keys, present)
+    if not groups:  # every row lacks a key
+        return pd.DataFrame({name: [] for name in AVERAGED_COLUMNS})
     single = len(groups) == n  # one row per group: the groups are the rows, in order
     firsts = list(range(n)) if single else [group[0] for group in groups]
     statuses, scores = _column(rows, "status", n), _column(rows, "scores", n)
