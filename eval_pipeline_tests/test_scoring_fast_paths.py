@@ -151,6 +151,8 @@ def test_summaries_pass_texts_through_as_plain_values_would() -> None:
         "raw_response": ["<think>a</think>é" * 3, "<answer>b</answer>", "中文 text"],
         "final_result": pd.array([None] * 3, dtype="str"), "success": [True, None, False],
         "source_line": [1, 2, 3], "duration": [1.5, None, -0.0],
+        "reward": np.array([1, 0, 1], dtype=np.int32),
+        "final_label": pd.array([1, None, 0], dtype="Int64"),
     })
     clips = pd.DataFrame({"trajectory_id": ["t0", "t0", "t1", "t2"], "clip_index": [0, 1, 0, 0],
                           "end": [16, 51, 18, 2], "tool_type": ["search", "final", "final",

@@ -7,9 +7,15 @@ assessments neither: they get the ``category_assessments`` and
 ``final_trajectory_assessment`` blocks, blocks at the end of the text and the
 ``trajectory_assessment_score`` column (:mod:`eval_pipeline.scoring.assessments`).
 
-Every input table is turned into plain records once and bucketed by trajectory in one
-pass; per-trajectory pandas sub-frames (a group-by, a sort and a ``to_dict`` for each)
-cost about 40 ms a trajectory before.
+The averaged rows are turned into plain records once (only the columns read, every row's
+scores decoded in one ``json.loads``) and bucketed by trajectory in one pass;
+per-trajectory pandas sub-frames (a group-by, a sort and a ``to_dict`` for each) cost
+about 40 ms a trajectory before. The trajectory table's text and number columns pass
+through to the summary table as they are, and the computed columns are built with their
+types, so pandas converts and infers nothing it need not. The responses themselves are
+cut and joined as Python strings: the clips' end offsets count characters, and finding
+them in the UTF-8 bytes of Arrow strings (most responses are not ASCII) costs more than
+decoding the texts.
 """
 
 from __future__ import annotations
@@ -322,6 +328,9 @@ _COMPUTED = ("total_clips", "successful_evaluations", "success_rate",
              "routing_passed", "routing_reason", "labelled_clips", "evaluation_metadata",
              "full_response_with_evaluations")
 _STR = pd.StringDtype("pyarrow", na_value=np.nan)
+# Number columns whose Python values pandas infers back to the same type (not int32, a
+# masked Int64 or uint8, which would come back as int64 or objects).
+_AS_THEY_ARE = (np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.bool_))
 
 
 def _source_column(trajectories: pd.DataFrame, name: str) -> Any:
@@ -333,12 +342,12 @@ def _source_column(trajectories: pd.DataFrame, name: str) -> Any:
     if name not in trajectories.columns:
         return [np.nan] * len(trajectories)
     series = trajectories[name]
-    if series.dtype.kind in "iufb":  # numpy numbers and flags: what their values give back
+    if series.dtype in _AS_THEY_ARE:  # what their Python values would give back
         return series.to_numpy()
     column = series.array
     if column.dtype == _STR and column.__arrow_array__().null_count < len(column):
         return column
-    return column.tolist()
+    return series.tolist()  # Python scalars (the array's own tolist can give numpy ones)
 
 
 def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
