@@ -189,18 +189,25 @@ def _group_rows(keys: list[list[Any]], present: list[bool] | None) -> list[list[
     return list(groups.values())
 
 
+def _one_judge_means(scores: dict[str, Any] | None
+                     ) -> tuple[dict[str, float], float | None, float | None]:
+    """:func:`_group_means` of a group with one ok row: the means are its values, the
+    spread 0."""
+    means = _floats(scores or {})
+    if not means:
+        return means, None, None
+    mean_score = mean(list(means.values()))
+    if math.isfinite(mean_score):  # every value finite: each max - min is 0
+        return means, mean_score, 0.0
+    return means, mean_score, max(v - v for v in means.values())
+
+
 def _group_means(ok: list[int], parsed: list[dict[str, Any] | None]
                  ) -> tuple[dict[str, float], float | None, float | None]:
     """A group's means per metric over its ok rows, their mean, and the spread (the largest
     max - min over the judges, across the metrics)."""
-    if len(ok) == 1:  # one judge's scores: the means are its values, the spread 0
-        means = _floats(parsed[ok[0]] or {})
-        if not means:
-            return means, None, None
-        mean_score = mean(list(means.values()))
-        if math.isfinite(mean_score):  # every value finite: each max - min is 0
-            return means, mean_score, 0.0
-        return means, mean_score, max(v - v for v in means.values())
+    if len(ok) == 1:
+        return _one_judge_means(parsed[ok[0]])
     per_metric: dict[str, list[float]] = defaultdict(list)
     for i in ok:
         for metric, value in (parsed[i] or {}).items():
@@ -287,10 +294,15 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
     parsed: list[dict[str, Any] | None] = [None] * n
     for i, decoded in zip(ok_at, decode_json_objects([scores[i] for i in ok_at]), strict=True):
         parsed[i] = decoded
-    oks = ([[i] if ok else [] for i, ok in enumerate(ok_rows)] if single else
-           [[i for i in group if ok_rows[i]] for group in groups])
-    n_ok = [len(ok) for ok in oks]
-    results = [_group_means(ok, parsed) for ok in oks]
+    if single:  # each group's ok rows: the row itself, if ok
+        oks = [[i] if ok else [] for i, ok in enumerate(ok_rows)]
+        n_ok = [int(ok) for ok in ok_rows]
+        results = [_one_judge_means(scores) if ok else ({}, None, None)
+                   for ok, scores in zip(ok_rows, parsed, strict=True)]
+    else:
+        oks = [[i for i in group if ok_rows[i]] for group in groups]
+        n_ok = [len(ok) for ok in oks]
+        results = [_group_means(ok, parsed) for ok in oks]
     means_of = [r[0] for r in results]
     spreads = [r[2] for r in results]
     kinds = [keys[2][i] for i in firsts]
