@@ -342,8 +342,8 @@ def _source_column(trajectories: pd.DataFrame, name: str) -> Any:
     if name not in trajectories.columns:
         return [np.nan] * len(trajectories)
     series = trajectories[name]
-    if series.dtype in _AS_THEY_ARE:  # what their Python values would give back
-        return series.to_numpy()
+    if isinstance(series.dtype, np.dtype) and series.dtype in _AS_THEY_ARE:
+        return series.to_numpy()  # what their Python values would give back
     column = series.array
     if column.dtype == _STR and column.__arrow_array__().null_count < len(column):
         return column
