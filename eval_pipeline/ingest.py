@@ -90,24 +90,21 @@ def read_batch(path: Path, manifest: BatchManifest | None, batch: str,
         # A whole-file batch is read from the drop itself, where its sibling files are.
         path = drop
     parsed = parse_file(path, batch, format_name=options.format_for(drop),
-                        registry=options.registry(), source_file=source_file)
+                        registry=options.registry(), source_file=source_file, as_rows=True)
     lines = manifest.lines if manifest else None
 
     def original(line: int) -> int:
         return lines[line - 1] if lines and 0 < line <= len(lines) else line
 
-    def relocated(t: Trajectory) -> dict:
-        """Ids and lines of a split batch point at the drop, so they survive re-splitting."""
-        if not lines:
-            return t.to_row()
-        line = original(t.source_line)
-        digest = t.trajectory_id.rsplit(":", 1)[-1]
-        return t.model_copy(update={
-            "source_line": line,
-            "trajectory_id": f"{Path(source_file).stem}:{line}:{digest}",
-        }).to_row()
-
-    raw = [relocated(t) for t in parsed.trajectories]
+    raw = parsed.rows
+    if lines:
+        # Ids and lines of a split batch point at the drop, so they survive re-splitting.
+        stem = Path(source_file).stem
+        for row in raw:
+            line = original(row["source_line"])
+            digest = row["trajectory_id"].rsplit(":", 1)[-1]
+            row["source_line"] = line
+            row["trajectory_id"] = f"{stem}:{line}:{digest}"
     quarantined = [q.model_copy(update={"source_line": original(q.source_line)}).model_dump()
                    for q in parsed.quarantined]
     return (_frame(raw, list(Trajectory.model_fields)),

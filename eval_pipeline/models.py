@@ -129,10 +129,13 @@ class ParseResult(BaseModel):
 
     trajectories: list[Trajectory] = Field(default_factory=list)
     quarantined: list[QuarantinedRecord] = Field(default_factory=list)
+    rows: list[dict[str, Any]] = Field(
+        default_factory=list, description="Trajectories as ``raw_trajectories`` rows "
+        "(``Trajectory.to_row``) instead of models, when the caller asked for rows.")
 
     @property
     def records_read(self) -> int:
-        return len(self.trajectories) + len(self.quarantined)
+        return len(self.trajectories) + len(self.rows) + len(self.quarantined)
 
 
 _STEP_LIST = TypeAdapter(list[Step])

@@ -36,6 +36,7 @@ from eval_pipeline.formats.dataeva_cleaned import DataEvaCleanedParser
 from eval_pipeline.formats.fallback import NotTrajectoriesParser, UnrecognizedParser
 from eval_pipeline.formats.fireact import FireActParser
 from eval_pipeline.formats.react import ReactTextParser
+from eval_pipeline.formats.records import JsonRecordsParser
 from eval_pipeline.formats.routing import (
     BfclAnswersParser,
     BfclParser,
@@ -122,21 +123,34 @@ def parse_file(
     registry: ToolRegistry | None = None,
     source_file: str | None = None,
     overrides: Mapping[str, str] | None = None,
+    as_rows: bool = False,
 ) -> ParseResult:
-    """Parse one file; every record ends up a trajectory or a quarantined record."""
+    """Parse one file; every record ends up a trajectory or a quarantined record.
+
+    ``as_rows``: the trajectories come as ``raw_trajectories`` rows in ``rows`` (what
+    ``Trajectory.to_row`` gives), built directly by formats that can (the XML-tag format),
+    else dumped from the models.
+    """
     path = Path(path)
     if format_name is not None and format_name not in PARSERS:
         raise UnknownFormatError(f"unknown format {format_name!r}; known: {sorted(PARSERS)}")
     if not source_encoding(path).plain:
-        return _parse_decoded(path, batch, format_name=format_name, registry=registry,
-                              source_file=source_file, overrides=overrides)
-    return _parse_plain(path, batch, format_name=format_name or _override(path, overrides),
-                        registry=registry, source_file=source_file)
+        result = _parse_decoded(path, batch, format_name=format_name, registry=registry,
+                                source_file=source_file, overrides=overrides,
+                                as_rows=as_rows)
+    else:
+        result = _parse_plain(path, batch,
+                              format_name=format_name or _override(path, overrides),
+                              registry=registry, source_file=source_file, as_rows=as_rows)
+    if as_rows and result.trajectories:
+        result.rows = [t.to_row() for t in result.trajectories]
+        result.trajectories = []
+    return result
 
 
 def _parse_decoded(path: Path, batch: str, *, format_name: str | None,
                    registry: ToolRegistry | None, source_file: str | None,
-                   overrides: Mapping[str, str] | None) -> ParseResult:
+                   overrides: Mapping[str, str] | None, as_rows: bool) -> ParseResult:
     """Parse a gzip or UTF-16 file through a streamed UTF-8 copy named without ``.gz``.
 
     The copy lives in a temporary folder; the context still points at the original's
@@ -155,12 +169,12 @@ def _parse_decoded(path: Path, batch: str, *, format_name: str | None,
                 forced)])
         return _parse_plain(plain, batch, format_name=forced, registry=registry,
                             source_file=source_file or path.name,
-                            context_path=path.with_name(plain.name))
+                            context_path=path.with_name(plain.name), as_rows=as_rows)
 
 
 def _parse_plain(path: Path, batch: str, *, format_name: str | None,
                  registry: ToolRegistry | None, source_file: str | None,
-                 context_path: Path | None = None) -> ParseResult:
+                 context_path: Path | None = None, as_rows: bool = False) -> ParseResult:
     name = format_name or detect_format(path)
     if name not in PARSERS:
         raise UnknownFormatError(f"unknown format {name!r}; known: {sorted(PARSERS)}")
@@ -174,8 +188,11 @@ def _parse_plain(path: Path, batch: str, *, format_name: str | None,
         return ParseResult(quarantined=[ctx.quarantine(
             1, "binary_data", "a binary file (NUL or control bytes), not text: the whole "
             "file is one record", head, name)])
+    parser = PARSERS[name]
     try:
-        return PARSERS[name].parse(path, ctx)
+        if as_rows and isinstance(parser, JsonRecordsParser):
+            return parser.parse_rows(path, ctx)
+        return parser.parse(path, ctx)
     except Exception as exc:
         return ParseResult(quarantined=[QuarantinedRecord(
             batch=batch, source_file=ctx.source_file, source_line=1, source_format=name,

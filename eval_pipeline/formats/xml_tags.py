@@ -12,7 +12,6 @@ that goes quadratic on a large record full of unclosed tags.
 
 from __future__ import annotations
 
-import bisect
 import json
 import re
 from dataclasses import dataclass, field
@@ -26,8 +25,16 @@ from eval_pipeline.formats.records import (
     as_bool,
     as_float,
     as_str,
+    finish_row,
 )
-from eval_pipeline.models import GENERIC_TOOL_TYPE, ReparseRule, Step, Trajectory
+from eval_pipeline.models import (
+    GENERIC_TOOL_TYPE,
+    ParseResult,
+    ReparseRule,
+    Step,
+    Trajectory,
+    steps_from_rows,
+)
 from eval_pipeline.tool_registry import ToolRegistry
 
 FORMAT_NAME = "xml_tags"
@@ -64,144 +71,190 @@ def parse_tool_call_json(body: str) -> tuple[str | None, str, str | None]:
     return (str(name) if name is not None else None), tool_input, as_str(call_id)
 
 
+StepRow = dict[str, Any]
+"""A step as the ``steps`` column holds it: the :class:`Step` fields, in their order."""
+
+
 @dataclass
 class XmlAnalysis:
     steps: list[Step]
     notes: list[str] = field(default_factory=list)
 
 
-def _scan_tags(text: str) -> tuple[list[tuple[int, int, str]], dict[int, tuple[int, int]]]:
-    """The opening tags (start, end, lower-cased name; self-closing ones left out) and the
-    pairs: opening-tag position -> (close start, close end), nesting-aware, in one pass.
+_NO_CALL: dict[str, Any] = dict.fromkeys(
+    ("tool_name", "tool_type", "tool_input", "tool_call_id", "turn", "label"))
+
+
+def _step(kind: str, content: str, start: int, end: int, *, tool_name: str | None = None,
+          tool_type: str | None = None, tool_input: str | None = None,
+          tool_call_id: str | None = None) -> StepRow:
+    return {"kind": kind, "content": content, "start": start, "end": end,
+            "tool_name": tool_name, "tool_type": tool_type, "tool_input": tool_input,
+            "tool_call_id": tool_call_id, "turn": None, "label": None}
+
+
+def _scan(text: str) -> tuple[list[int], list[int], list[str], list[int], list[int],
+                              list[int]]:
+    """The opening tags (self-closing ones left out) as parallel lists: start, end,
+    lower-cased name, the start and end of the closing tag paired with it (-1: unclosed)
+    and the start of the next opening tag of the same name (-1: none).
 
     Each tag name has its own stack; a close pops the latest open of its name, so
     ``<think>a<think>b</think>c</think>`` pairs outermost-with-outermost, stray closes are
     ignored and an open left on a stack is unclosed. Linear, whatever the nesting depth.
     One regex finds opens and closes in text order (neither kind of tag holds a ``<``, so
-    no match hides another), which spares sorting them (#12.1).
+    no match hides another). Parallel lists of ints, not a tuple per tag and dicts keyed
+    by position: the scan runs over every tag of every record (#12.1).
     """
-    opens: list[tuple[int, int, str]] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    tags: list[str] = []
+    close_starts: list[int] = []
+    close_ends: list[int] = []
+    next_same: list[int] = []
     stacks: dict[str, list[int]] = {}
-    pairs: dict[int, tuple[int, int]] = {}
+    last: dict[str, int] = {}
     for m in _TAG.finditer(text):
         closing, opening = m.groups()
         if closing is not None:
             stack = stacks.get(closing.lower())
             if stack:
-                pairs[stack.pop()] = m.span()
-            continue
-        if m.group(0).endswith("/>"):
+                i = stack.pop()
+                close_starts[i], close_ends[i] = m.span()
             continue
         start, end = m.span()
+        if text[end - 2] == "/":  # self-closing: <execute_tools />
+            continue
         tag = opening.lower()
-        opens.append((start, end, tag))
-        if tag in stacks:
-            stacks[tag].append(start)
+        i = len(starts)
+        starts.append(start)
+        ends.append(end)
+        tags.append(tag)
+        close_starts.append(-1)
+        close_ends.append(-1)
+        next_same.append(-1)
+        previous = last.get(tag)
+        if previous is not None:
+            next_same[previous] = start
+        last[tag] = i
+        stack = stacks.get(tag)
+        if stack is None:
+            stacks[tag] = [i]
         else:
-            stacks[tag] = [start]
-    return opens, pairs
+            stack.append(i)
+    return starts, ends, tags, close_starts, close_ends, next_same
 
 
-def analyze_xml_response(text: str, registry: ToolRegistry) -> XmlAnalysis:
-    """Cut a raw_response into canonical steps with offsets, noting every repair made."""
+def analyze_xml_rows(text: str, registry: ToolRegistry) -> tuple[list[StepRow], list[str]]:
+    """Cut a raw_response into step rows (the ``steps`` column's dicts) with offsets,
+    noting every repair made.
+
+    The parser's hot path: rows are built as plain dicts, the values :class:`Step` would
+    validate and dump (no model per step; validating and dumping them was a third of
+    parsing, #12.1). :func:`analyze_xml_response` wraps the same rows in Step models.
+    """
     tool_tags = registry.tool_tag_set
-    steps: list[Step] = []
+    rows: list[StepRow] = []
     notes: list[str] = []
     cursor = 0
     after_tool_param = False
-
-    def gap(upto: int) -> None:
-        piece = text[cursor:upto]
-        if piece.strip():
-            steps.append(Step(kind="text", content=piece.strip(), start=cursor, end=upto))
-
-    opens, pairs = _scan_tags(text)
-    structural = [start for start, _end, tag in opens
-                  if tag in _CONTROL_TAGS or tag in tool_tags]
-    same_tag: dict[str, list[int]] = {}
-    for start, _end, tag in opens:
-        if tag in same_tag:
-            same_tag[tag].append(start)
-        else:
-            same_tag[tag] = [start]
-
-    def next_open(positions: list[int], after: int) -> int | None:
-        i = bisect.bisect_left(positions, after)
-        return positions[i] if i < len(positions) else None
-
-    for m_start, m_end, tag in opens:
+    starts, ends, tags, close_starts, close_ends, next_same = _scan(text)
+    count = len(starts)
+    for i in range(count):
+        m_start = starts[i]
         if m_start < cursor:
             continue
-        close = pairs.get(m_start)
+        tag = tags[i]
+        close_start = close_starts[i]
         # An unregistered server tag is still a tool call when a trigger or a result
         # follows it; it is scored with the generic rubric and reported, not dropped.
-        unregistered = tag not in _CONTROL_TAGS and tag not in tool_tags
-        if unregistered and (close is None or not _TRIGGER.match(text, close[1])):
+        if tag not in _CONTROL_TAGS and tag not in tool_tags and (
+                close_start < 0 or not _TRIGGER.match(text, close_ends[i])):
             continue
-        same = next_open(same_tag[tag], m_end)
+        close_end = close_ends[i]
+        m_end = ends[i]
+        same = next_same[i]
         # An unclosed tag ends where the next one of its name starts. An <answer> (often
         # left open: generation stopped on it) also ends at the next structural tag, so
         # the steps the agent took after it are not swallowed.
-        limit = next_open(structural, m_end) if tag == "answer" else (
-            same if close is None else None)
-        if limit is not None and (close is None or limit < close[0]):
-            end_at = m_start + len(text[m_start:limit].rstrip())
-            close = (end_at, end_at)
+        limit = -1
+        if tag == "answer":
+            for j in range(i + 1, count):
+                if tags[j] in _CONTROL_TAGS or tags[j] in tool_tags:
+                    limit = starts[j]
+                    break
+        elif close_start < 0:
+            limit = same
+        if limit >= 0 and (close_start < 0 or limit < close_start):
+            close_start = close_end = m_start + len(text[m_start:limit].rstrip())
             notes.append(f"unclosed <{tag}> at char {m_start} ended at the next tag")
-        elif close is not None and same is not None and same < close[0]:
+        elif close_start >= 0 and 0 <= same < close_start:
             notes.append(f"nested <{tag}> at char {m_start} kept inside the outer one")
-        if close is None:
+        if close_start < 0:
             if tag == "answer":
-                close = (len(text), len(text))
+                close_start = close_end = len(text)
                 notes.append("unclosed <answer> read to the end of the response")
             else:
                 notes.append(f"unclosed <{tag}> at char {m_start} kept as text")
                 continue
-        start, end = m_start, close[1]
-        body = text[m_end:close[0]]
-        gap(start)
-        cursor = end
+        if m_start > cursor:
+            piece = text[cursor:m_start].strip()
+            if piece:
+                rows.append({"kind": "text", "content": piece, "start": cursor,
+                             "end": m_start, **_NO_CALL})
+        body = text[m_end:close_start]
+        cursor = close_end
         if tag == "think":
-            steps.append(Step(kind="thought", content=body.strip(), start=start, end=end))
+            rows.append({"kind": "thought", "content": body.strip(), "start": m_start,
+                         "end": close_end, **_NO_CALL})
         elif tag == "answer":
-            steps.append(Step(kind="answer", content=body.strip(), start=start, end=end))
-        elif tag == "tool_param":
-            # A parameter-schema lookup, not a tool call: the original tool does not count it.
-            steps.append(Step(kind="text", content=text[start:end], start=start, end=end,
-                              tool_name="tool_param"))
-            after_tool_param = True
-            continue
+            rows.append({"kind": "answer", "content": body.strip(), "start": m_start,
+                         "end": close_end, **_NO_CALL})
         elif tag == "result":
             if after_tool_param:
                 # The schema echo of a <tool_param> lookup; the real result follows the call.
-                steps.append(Step(kind="text", content=body.strip(), start=start, end=end,
+                rows.append(_step("text", body.strip(), m_start, close_end,
                                   tool_name="tool_param"))
             else:
-                steps.append(Step(kind="tool_result", content=body.strip(), start=start,
-                                  end=end))
+                rows.append({"kind": "tool_result", "content": body.strip(),
+                             "start": m_start, "end": close_end, **_NO_CALL})
+        elif tag == "tool_param":
+            # A parameter-schema lookup, not a tool call: the original tool does not count it.
+            rows.append(_step("text", text[m_start:close_end], m_start, close_end,
+                              tool_name="tool_param"))
+            after_tool_param = True
+            continue
         elif tag == "tool_call":
             name, tool_input, call_id = parse_tool_call_json(body)
             if name is None:
-                notes.append(f"<tool_call> at char {start} has no readable name")
-            steps.append(Step(
-                kind="tool_call", content=text[start:end], start=start, end=end,
-                tool_name=name or "unknown", tool_type=registry.tool_type_for_name(name),
-                tool_input=tool_input, tool_call_id=call_id,
-            ))
+                notes.append(f"<tool_call> at char {m_start} has no readable name")
+            rows.append(_step("tool_call", text[m_start:close_end], m_start, close_end,
+                              tool_name=name or "unknown",
+                              tool_type=registry.tool_type_for_name(name),
+                              tool_input=tool_input, tool_call_id=call_id))
         else:
             action, tool_input = split_action(body)
             tool_type = registry.tool_type_for_tag(tag)
             if tool_type == GENERIC_TOOL_TYPE:
                 tool_type = registry.tool_type_for_name(action or tag)
-            steps.append(Step(
-                kind="tool_call", content=text[start:end], start=start, end=end,
-                tool_name=action or tag, tool_type=tool_type, tool_input=tool_input,
-            ))
+            rows.append(_step("tool_call", text[m_start:close_end], m_start, close_end,
+                              tool_name=action or tag, tool_type=tool_type,
+                              tool_input=tool_input))
         after_tool_param = False
-    gap(len(text))
-    if not any(s.kind != "text" for s in steps):
+    if len(text) > cursor:
+        piece = text[cursor:].strip()
+        if piece:
+            rows.append({"kind": "text", "content": piece, "start": cursor,
+                         "end": len(text), **_NO_CALL})
+    if all(r["kind"] == "text" for r in rows):
         notes.append("no tags: the whole response is one text step")
-    return XmlAnalysis(steps, notes)
+    return rows, notes
+
+
+def analyze_xml_response(text: str, registry: ToolRegistry) -> XmlAnalysis:
+    """Cut a raw_response into canonical steps with offsets, noting every repair made."""
+    rows, notes = analyze_xml_rows(text, registry)
+    return XmlAnalysis(steps_from_rows(rows), notes)
 
 
 def parse_xml_response(text: str, registry: ToolRegistry) -> list[Step]:
@@ -234,8 +287,9 @@ class XmlTagParser(JsonRecordsParser):
             return 0.9
         return 0.0
 
-    def build(self, value: dict[str, Any], rec: RawRecord, ctx: ParseContext,
-              index: int) -> Trajectory:
+    def fields(self, value: dict[str, Any], rec: RawRecord, ctx: ParseContext
+               ) -> dict[str, Any]:
+        """The trajectory's fields from one record, its steps as rows."""
         extra = {k: v for k, v in value.items() if k not in self.known_fields}
         raw = value.get("raw_response")
         if raw is None and isinstance(value.get("full_response_with_evaluation"), str):
@@ -244,21 +298,40 @@ class XmlTagParser(JsonRecordsParser):
         if not isinstance(raw, str):
             reason = "missing_field" if raw is None else "wrong_type"
             raise RecordError(reason, f"raw_response must be a string, got {type(raw).__name__}")
-        analysis = analyze_xml_response(raw, ctx.registry)
-        if analysis.notes:
-            extra["tag_notes"] = analysis.notes
+        steps, notes = analyze_xml_rows(raw, ctx.registry)
+        if notes:
+            extra["tag_notes"] = notes
         if "success" not in value:
             extra["success_missing"] = True
         task_id = value.get("task_id")
-        return self.trajectory(
-            rec, ctx, index,
-            task_id=as_str(task_id) if task_id is not None else f"line{rec.line}",
-            task_description=as_str(value.get("task_description")) or "",
-            raw_response=raw,
-            steps=analysis.steps,
-            success=as_bool(value.get("success")),
-            final_result=as_str(value.get("final_result")),
-            duration=as_float(value.get("duration")),
-            timestamp=as_str(value.get("timestamp")),
-            extra=extra,
-        )
+        return {
+            "task_id": as_str(task_id) if task_id is not None else f"line{rec.line}",
+            "task_description": as_str(value.get("task_description")) or "",
+            "raw_response": raw,
+            "steps": steps,
+            "success": as_bool(value.get("success")),
+            "final_result": as_str(value.get("final_result")),
+            "duration": as_float(value.get("duration")),
+            "timestamp": as_str(value.get("timestamp")),
+            "extra": extra,
+        }
+
+    def build(self, value: dict[str, Any], rec: RawRecord, ctx: ParseContext,
+              index: int) -> Trajectory:
+        return self.trajectory(rec, ctx, index, **self.fields(value, rec, ctx))
+
+    def build_row(self, value: dict[str, Any], rec: RawRecord, ctx: ParseContext,
+                  index: int) -> dict[str, Any]:
+        return self.row(rec, ctx, index, **self.fields(value, rec, ctx))
+
+    def parse_rows(self, path: Path, ctx: ParseContext) -> ParseResult:
+        """Every record straight to its table row: the same values as building and dumping
+        a Trajectory (``test_stage_digests``), at a fraction of the cost (#12.1)."""
+        result = ParseResult()
+        first_by_task: dict[str, str] = {}
+        for index, rec in enumerate(self.records(path)):
+            row = self.attempt(self.build_row, rec, ctx, index, result.quarantined)
+            if row is not None:
+                finish_row(row, rec.repairs, first_by_task)
+                result.rows.append(row)
+        return result
