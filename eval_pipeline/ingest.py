@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pandas.arrays import ArrowStringArray
 from pydantic import BaseModel, Field
 
 from eval_pipeline.clips import Clip, segment
-from eval_pipeline.formats import parse_file, reparser
+from eval_pipeline.formats import parse_file, row_reparser
 from eval_pipeline.judges.base import ClipTask, ClipView
 from eval_pipeline.models import (
     QuarantinedRecord,
@@ -31,7 +34,6 @@ from eval_pipeline.preprocess import (
     PreprocessStats,
     Screening,
     screen,
-    step_row_fields,
     summarize,
 )
 from eval_pipeline.splitting import BatchManifest, drop_fingerprint
@@ -144,20 +146,26 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
     A kept row is the raw row with the preprocessing columns added (and, where the tags
     were repaired, the repaired response and its re-cut steps): the same values as a round
     trip through the Trajectory model gave, without one (#12.1; ``test_stage_digests``).
+    The responses stay Arrow strings where they were: a kept response is taken from the
+    raw column, a repair that only appended closing tags is appended there, and only a
+    response repaired inside is converted from Python (#12.1).
     """
     fields = list(Trajectory.model_fields)
     n = len(raw)
     columns: dict[str, list[Any]] = {
         c: ([_na_to_none(v) for v in raw[c].tolist()] if c in raw.columns else [None] * n)
         for c in fields}
-    reparsers = {rule: reparser(rule, registry) for rule in set(columns["reparse"])}
+    reparsers = {rule: row_reparser(rule, registry) for rule in set(columns["reparse"])}
     outcomes: list[Screening] = []
-    kept_rows: list[dict[str, object]] = []
+    kept_idx: list[int] = []
     removed_rows: list[dict[str, object]] = []
+    extra_columns: dict[str, list[Any]] = {c: [] for c in PREPROCESSED_EXTRA}
+    kept_steps: list[list[dict[str, Any]]] = []
+    repaired_texts: dict[int, tuple[str, str]] = {}  # kept position -> (text, repaired)
+    texts = columns["raw_response"]
     for i in range(n):
         steps = _step_rows(columns["steps"][i])
-        found = screen(columns["raw_response"][i], [step_row_fields(r) for r in steps],
-                       config, registry, reparsers[columns["reparse"][i]])
+        found = screen(texts[i], steps, config, registry, reparsers[columns["reparse"][i]])
         outcomes.append(found)
         flags = found.flags
         if not found.kept:
@@ -169,26 +177,23 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
                 "duplicate_calls": json.dumps(found.duplicate_calls, ensure_ascii=False),
             })
             continue
-        row: dict[str, Any] = {c: columns[c][i] for c in fields}
-        extra: str = row["extra"] or "{}"
-        row["extra"] = extra
-        for key in ("expected_tools", "expected_calls"):
-            row[key] = row[key] if isinstance(row[key], str) else None
         if found.steps is not None:
-            row["raw_response"] = found.text
-            row["steps"] = steps_to_rows(found.steps)
+            repaired_texts[len(kept_idx)] = (texts[i], found.text)
+            kept_steps.append(found.steps)
         else:
-            row["steps"] = steps
+            kept_steps.append(steps)
+        kept_idx.append(i)
+        extra: str = columns["extra"][i] or "{}"
         fixed = bool(found.format_fixes)
         duplicated = bool(found.duplicate_calls)
-        row.update({
-            "tool_call_count": found.tool_call_count,
-            "has_duplicates": duplicated,
-            "format_corrected": fixed,
+        for name, value in (
+            ("tool_call_count", found.tool_call_count),
+            ("has_duplicates", duplicated),
+            ("format_corrected", fixed),
             # Judges read the limit the run used (a sequence over it is not optimal).
-            "beta_threshold": config.beta_threshold,
-            "preprocessing_flags": json.dumps(flags),
-            "preprocessing_metadata": json.dumps({
+            ("beta_threshold", config.beta_threshold),
+            ("preprocessing_flags", json.dumps(flags)),
+            ("preprocessing_metadata", json.dumps({
                 "tool_call_count": found.tool_call_count,
                 "has_duplicates": duplicated,
                 "format_corrected": fixed,
@@ -197,11 +202,72 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
                 "tag_analysis": found.tag_analysis,
                 # What the parser had to repair to read the record at all.
                 "parser_notes": json.loads(extra).get("tag_notes", []),
-            }, ensure_ascii=False),
-        })
-        kept_rows.append(row)
-    kept = _frame(kept_rows, fields + PREPROCESSED_EXTRA)
-    return kept, pd.DataFrame(removed_rows, columns=REPORT_COLUMNS), summarize(outcomes)
+            }, ensure_ascii=False)),
+        ):
+            extra_columns[name].append(value)
+    removed = pd.DataFrame(removed_rows, columns=REPORT_COLUMNS)
+    if not kept_idx:  # the empty table keeps object columns, as pandas makes it from []
+        return (pd.DataFrame([], columns=fields + PREPROCESSED_EXTRA), removed,
+                summarize(outcomes))
+    out: dict[str, Any] = {c: [columns[c][i] for i in kept_idx] for c in fields}
+    out["extra"] = [e or "{}" for e in out["extra"]]
+    for key in ("expected_tools", "expected_calls"):
+        out[key] = [v if isinstance(v, str) else None for v in out[key]]
+    out["steps"] = kept_steps
+    response = _arrow_strings(raw, "raw_response")
+    if response is None:
+        for position, (_original, text) in repaired_texts.items():
+            out["raw_response"][position] = text
+    else:
+        out["raw_response"] = _repaired_responses(response, kept_idx, repaired_texts)
+    out.update(extra_columns)
+    return (pd.DataFrame(out, columns=fields + PREPROCESSED_EXTRA), removed,
+            summarize(outcomes))
+
+
+_STR = pd.StringDtype(storage="pyarrow", na_value=float("nan"))
+"""pandas' default string dtype, which a column of Python strings gets."""
+
+
+def _arrow_strings(frame: pd.DataFrame, column: str) -> pa.Array | None:
+    """The column's Arrow strings (no copy) when it is a string column without nulls, the
+    column pandas makes from Python strings; else None."""
+    if column not in frame.columns or frame[column].dtype != _STR or frame[column].hasnans:
+        return None
+    values = pa.array(frame[column].array)
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _repaired_responses(response: pa.Array, kept: list[int],
+                        repaired: dict[int, tuple[str, str]]) -> pd.Series:
+    """The kept rows' responses (``response`` taken at ``kept``), those repaired replaced
+    (kept position -> (original, repaired text)), as the string column pandas makes from
+    the Python strings (``test_stage_digests``).
+
+    A repair that only appended to the original (closers at the end: most repairs) is
+    appended in Arrow; only responses repaired inside are converted from Python, which
+    re-encodes them.
+    """
+    taken = response.take(pa.array(kept, pa.int64()))
+    suffixes: list[str] | None = None
+    inside: dict[int, str] = {}
+    for position, (original, text) in repaired.items():
+        if text.startswith(original):
+            if suffixes is None:
+                suffixes = [""] * len(kept)
+            suffixes[position] = text[len(original):]
+        else:
+            inside[position] = text
+    if suffixes is not None:
+        taken = pc.binary_join_element_wise(
+            taken, pa.array(suffixes, taken.type), pa.scalar("", taken.type))
+    if inside:
+        mask = [False] * len(kept)
+        for position in inside:
+            mask[position] = True
+        taken = pc.replace_with_mask(taken, pa.array(mask, pa.bool_()),
+                                     pa.array(list(inside.values()), taken.type))
+    return pd.Series(ArrowStringArray(taken, dtype=_STR))
 
 
 def clips_table(preprocessed: pd.DataFrame) -> pd.DataFrame:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from eval_pipeline.models import Step, Trajectory
+from eval_pipeline.models import Step, Trajectory, steps_from_rows, steps_to_rows
 from eval_pipeline.tool_registry import ToolRegistry, default_registry
 
 FilterMode = Literal["remove", "flag"]
@@ -298,13 +298,20 @@ def _tag_counts(text: str, kinds: Iterable[str]) -> dict[str, int]:
 
 Reparser = Callable[[str], list[Step]]
 
+StepRow = dict[str, Any]
+"""A step as the ``steps`` column holds it (``Step`` fields, dumped)."""
+
+RowReparser = Callable[[str, Sequence[StepRow], str, list[str]], list[StepRow]]
+"""Re-cuts a repaired response into step rows: (text, its steps, repaired text, fixes).
+The text's own steps let a reparser skip re-reading a repair whose effect it can predict."""
+
 
 @dataclass
 class Screening:
     """What the three rules decided for one response (the fields of an outcome)."""
 
     text: str
-    steps: list[Step] | None
+    steps: list[StepRow] | None
     """The re-cut steps of a repaired response; None when the response was not changed."""
     kept: bool
     removal_reason: str | None
@@ -315,24 +322,26 @@ class Screening:
     tag_analysis: dict[str, int]
 
 
-def screen(text: str, steps: Sequence[_CallFields], config: PreprocessConfig,
-           registry: ToolRegistry, reparse: Reparser | None = None) -> Screening:
-    """Apply the three rules to one response and its steps (as their fields).
+def screen(text: str, steps: Sequence[StepRow], config: PreprocessConfig,
+           registry: ToolRegistry, reparse: RowReparser | None = None) -> Screening:
+    """Apply the three rules to one response and its step rows.
 
     ``reparse`` re-cuts steps from a repaired response; formats whose response is rendered
     by the parser (chat, spans) need no repair and pass ``None``.
     """
     fixes: list[str] = []
-    new_steps: list[Step] | None = None
+    new_steps: list[StepRow] | None = None
+    original = text
     if config.repair_tags and reparse is not None:
         repair = repair_tags(text, registry.tool_tags)
         if repair.corrected:
             fixes = repair.fixes
             text = repair.text
-            new_steps = reparse(text)
-            steps = [_call_fields(s) for s in new_steps]
-    count = sum(1 for s in steps if s[0] == "tool_call")
-    duplicates = _duplicates(steps, registry)
+            new_steps = reparse(original, steps, text, fixes)
+            steps = new_steps
+    fields = [step_row_fields(s) for s in steps]
+    count = sum(1 for s in fields if s[0] == "tool_call")
+    duplicates = _duplicates(fields, registry)
     flags: list[str] = []
     reason: str | None = None
     if count > config.beta_threshold:
@@ -345,7 +354,7 @@ def screen(text: str, steps: Sequence[_CallFields], config: PreprocessConfig,
         flags.append(f"duplicates: {len(duplicates)} consecutive identical call(s)")
     return Screening(text=text, steps=new_steps, kept=reason is None, removal_reason=reason,
                      flags=flags, tool_call_count=count, duplicate_calls=duplicates,
-                     format_fixes=fixes, tag_analysis=_tag_counts(text, (s[0] for s in steps)))
+                     format_fixes=fixes, tag_analysis=_tag_counts(text, (s[0] for s in fields)))
 
 
 def preprocess_one(
@@ -359,11 +368,16 @@ def preprocess_one(
     ``reparse`` re-cuts steps from a repaired response; formats whose response is rendered
     by the parser (chat, spans) need no repair and pass ``None``.
     """
-    found = screen(trajectory.raw_response, [_call_fields(s) for s in trajectory.steps],
-                   config, registry, reparse)
+    rows_reparse: RowReparser | None = None
+    if reparse is not None:
+        def rows_reparse(_text: str, _steps: Sequence[StepRow], repaired: str,
+                         _fixes: list[str]) -> list[StepRow]:
+            return steps_to_rows(reparse(repaired))
+    found = screen(trajectory.raw_response, steps_to_rows(trajectory.steps), config,
+                   registry, rows_reparse)
     if found.steps is not None:
         trajectory = trajectory.model_copy(
-            update={"raw_response": found.text, "steps": found.steps})
+            update={"raw_response": found.text, "steps": steps_from_rows(found.steps)})
     return PreprocessOutcome(
         trajectory=trajectory,
         kept=found.kept,

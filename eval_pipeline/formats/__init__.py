@@ -19,6 +19,7 @@ import fnmatch
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 
 from eval_pipeline.formats.base import (
@@ -47,8 +48,13 @@ from eval_pipeline.formats.spans import OpenInferenceSpanParser
 from eval_pipeline.formats.swe_agent import SweAgentParser, SweAgentPredsParser
 from eval_pipeline.formats.tau_bench import TauBenchParser
 from eval_pipeline.formats.toolbench import ToolBenchParser
-from eval_pipeline.formats.xml_tags import XmlTagParser, parse_xml_response
+from eval_pipeline.formats.xml_tags import (
+    XmlTagParser,
+    parse_xml_response,
+    reanalyze_repaired,
+)
 from eval_pipeline.models import ParseResult, QuarantinedRecord, ReparseRule, Step
+from eval_pipeline.preprocess import RowReparser
 from eval_pipeline.tool_registry import ToolRegistry
 
 PARSERS: dict[str, FormatParser] = {
@@ -218,6 +224,14 @@ def reparser(rule: ReparseRule | None, registry: ToolRegistry
     return None
 
 
+def row_reparser(rule: ReparseRule | None, registry: ToolRegistry) -> RowReparser | None:
+    """:func:`reparser` for step rows: (text, its step rows, repaired text, fixes) -> the
+    repaired text's step rows, predicted from the text's own where the rule can."""
+    if rule == "xml_tags":
+        return partial(reanalyze_repaired, registry=registry)
+    return None
+
+
 def splittable_by_line(path: Path, format_name: str | None = None) -> bool:
     """Whether a JSONL drop may be cut into batches between lines."""
     return (format_name or detect_format(path)) not in WHOLE_FILE_FORMATS
@@ -253,6 +267,7 @@ __all__ = [
     "discover_files",
     "parse_file",
     "reparser",
+    "row_reparser",
     "splittable_by_line",
     "unregistered_tool_counts",
 ]
