@@ -99,33 +99,10 @@ def _line_start_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
 
 @lru_cache(maxsize=256)
 def _closer_and_opener(name: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """A tag's closer and opener as searched for by the earlier repair (the tests'
+    reference, ``repair_reference.py``)."""
     return (re.compile(rf"</{re.escape(name)}\s*>", re.IGNORECASE),
             re.compile(rf"<{re.escape(name)}(\s[^<>]*)?>", re.IGNORECASE))
-
-
-class _ForwardSearch:
-    """``pattern.search(text, pos)`` for a position that only moves forward, in linear time.
-
-    Looking for each opaque tag's closer from every unclosed opening rescanned the rest of
-    the text each time: quadratic when every ``<result>`` is left open (11.7 s for 20k tool
-    calls in one record). The first match at or after ``pos`` is also the first one at or
-    after any later position up to its start (no match lies between), and "none" stays none,
-    so each pattern's last answer is reused until the position passes it. Valid for these
-    patterns because none looks behind its start position.
-    """
-
-    def __init__(self, text: str) -> None:
-        self._text = text
-        self._last: dict[re.Pattern[str], re.Match[str] | None] = {}
-
-    def search(self, pattern: re.Pattern[str], pos: int) -> re.Match[str] | None:
-        if pattern in self._last:
-            last = self._last[pattern]
-            if last is None or last.start() >= pos:
-                return last
-        found = pattern.search(self._text, pos)
-        self._last[pattern] = found
-        return found
 
 
 def repair_tags(text: str, tool_tags: Sequence[str]) -> TagRepair:
@@ -135,67 +112,105 @@ def repair_tags(text: str, tool_tags: Sequence[str]) -> TagRepair:
     and the registry's tool tags). A tool call's body and a ``<result>`` are opaque: tool
     output often quotes tags (``Use <tool_param>...``), so inside them only their own
     closer counts; an unclosed one ends before the next tag that starts a line.
+
+    An opaque tag's closer is the first of the known tags after it that is its closer or
+    another opening of it (:func:`_own_tag`), found by the same token pattern instead of
+    a case-insensitive search each for the closer and the opener (most of the repair's
+    time, #12.1). The lookups of one name stop at its next tag, so they never cover the
+    same text twice: linear (#12.4a). Edits are recorded by position and applied once: a
+    response needing none is not copied.
     """
     names = ("think", "result", "answer", "tool_param", *tool_tags)
     pattern = _tag_token_pattern(names)
+    opaque = _opaque_names(tuple(tool_tags))
     line_start = _line_start_pattern(names)
-    ahead = _ForwardSearch(text)
-    opaque = {"result", *(t.lower() for t in tool_tags)}
-    out: list[str] = []
+    boundary: re.Match[str] | None = None
+    searched = False
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement), in text order
     fixes: list[str] = []
     stack: list[str] = []
     pos = 0
-    while True:
-        match = pattern.search(text, pos)
-        if match is None:
-            break
+    while (match := pattern.search(text, pos)) is not None:
         closing, name, _attrs, self_closing = match.groups()
         name = name.lower()
-        out.append(text[pos:match.start()])
-        token = match.group(0)
+        start = match.start()
         pos = match.end()
         if self_closing:
-            out.append(token)
             continue
         if not closing and stack and stack[-1] in _FLAT_TAGS:
             # A flat tag holds prose only: any known tag opening means it was left open.
-            out.append(f"</{stack[-1]}>")
-            fixes.append(f"closed <{stack[-1]}> before <{name}> at char {match.start()}")
+            edits.append((start, start, f"</{stack[-1]}>"))
+            fixes.append(f"closed <{stack[-1]}> before <{name}> at char {start}")
             stack.pop()
         if not closing and name in opaque:
-            closer, opener = _closer_and_opener(name)
-            found = ahead.search(closer, pos)
-            reopen = ahead.search(opener, pos)
-            if found and not (reopen and reopen.start() < found.start()):
-                out.append(text[match.start():found.end()])
-                pos = found.end()
+            closer = _own_tag(pattern, text, pos, name)
+            if closer is not None:
+                pos = closer
                 continue
-            boundary = ahead.search(line_start, pos)
+            if not searched or (boundary is not None and boundary.start() < pos):
+                boundary = line_start.search(text, pos)
+                searched = True
             stop = boundary.start() if boundary else len(text)
-            out.append(token + text[pos:stop] + f"</{name}>")
+            edits.append((stop, stop, f"</{name}>"))
             fixes.append(f"closed <{name}> at char {stop}")
             pos = stop
             continue
         if not closing:
             stack.append(name)
-            out.append(token)
             continue
         if name in stack:
             while stack[-1] != name:
                 inner = stack.pop()
-                out.append(f"</{inner}>")
-                fixes.append(f"closed <{inner}> before </{name}> at char {match.start()}")
+                edits.append((start, start, f"</{inner}>"))
+                fixes.append(f"closed <{inner}> before </{name}> at char {start}")
             stack.pop()
-            out.append(token)
         else:
-            fixes.append(f"removed stray </{name}> at char {match.start()}")
-    out.append(text[pos:])
+            edits.append((start, pos, ""))
+            fixes.append(f"removed stray </{name}> at char {start}")
     while stack:
         name = stack.pop()
-        out.append(f"</{name}>")
+        edits.append((len(text), len(text), f"</{name}>"))
         fixes.append(f"closed <{name}> at end of response")
     # Built without validation: the text is ours, and validating copied ~25 kB per record.
-    return TagRepair.model_construct(text="".join(out), fixes=fixes)
+    return TagRepair.model_construct(text=_apply(text, edits), fixes=fixes)
+
+
+def _apply(text: str, edits: list[tuple[int, int, str]]) -> str:
+    """``text`` with each (start, end, replacement) made, the edits in text order."""
+    if not edits:
+        return text
+    if len(edits) == 1 and edits[0][0] == len(text):
+        return text + edits[0][2]
+    pieces: list[str] = []
+    last = 0
+    for start, end, replacement in edits:
+        pieces.append(text[last:start])
+        pieces.append(replacement)
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def _own_tag(pattern: re.Pattern[str], text: str, pos: int, name: str) -> int | None:
+    """Where an opaque tag opened before ``pos`` ends: the end of its closer (``</name>``,
+    ``</name >``), or None when another opening of it (``<name ...>``) or nothing comes
+    first. Both forms are the token pattern's own tags, told apart by their groups: a
+    closer has only whitespace for attributes and no ``/`` before ``>``; an opening is
+    any but ``<name/>``."""
+    for other in pattern.finditer(text, pos):
+        if other[2].lower() == name:
+            attrs = other[3]
+            if other[1]:
+                if not other[4] and (attrs is None or attrs.isspace()):
+                    return other.end()
+            elif attrs is not None or not other[4]:
+                return None
+    return None
+
+
+@lru_cache(maxsize=32)
+def _opaque_names(tool_tags: tuple[str, ...]) -> frozenset[str]:
+    return frozenset({"result", *(t.lower() for t in tool_tags)})
 
 
 _ONE_ELEMENT = re.compile(r"\s*<([A-Za-z_][\w.-]*)(?:\s[^<>]*)?>(.*)</\1\s*>\s*", re.DOTALL)

@@ -63,6 +63,9 @@ FRAGMENTS = [
     "<microsandbox>", "</microsandbox>", "<microsandbox_execute>", "</microsandbox_execute>",
     "<deepsearch>", "</deepsearch>", "<browser_use>", "\n<think>", "\n  <result>",
     "\n<microsandbox>", "\n", "text ", "x < y > z ", "<unknown>", "</unknown>", "{\"q\": 1}",
+    # Forms the closer and opener lookups must tell apart from the tags (#12.1).
+    "</result >", "</result/>", "</result x>", "<result />", "</Result\n>", "<answer/>",
+    "\n\t<answer x>", "\n<results>", "</microsandbox />", "<microsandbox a=1>",
 ]
 
 
