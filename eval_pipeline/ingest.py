@@ -16,7 +16,6 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from pandas.arrays import ArrowStringArray
 from pydantic import BaseModel, Field
 
 from eval_pipeline.clips import Clip, segment
@@ -267,7 +266,7 @@ def _repaired_responses(response: pa.Array, kept: list[int],
             mask[position] = True
         taken = pc.replace_with_mask(taken, pa.array(mask, pa.bool_()),
                                      pa.array(list(inside.values()), taken.type))
-    return pd.Series(ArrowStringArray(taken, dtype=_STR))
+    return pd.Series(pd.array(taken, dtype=_STR))
 
 
 def clips_table(preprocessed: pd.DataFrame) -> pd.DataFrame:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
@@ -21,6 +21,9 @@ from eval_pipeline.models import Step, Trajectory, steps_from_rows, steps_to_row
 from eval_pipeline.tool_registry import ToolRegistry, default_registry
 
 FilterMode = Literal["remove", "flag"]
+
+StepRow = dict[str, Any]
+"""A step as the ``steps`` column holds it (``Step`` fields, dumped)."""
 
 # Tags whose content is never another tag of the same kind: a second opening closes the first.
 _FLAT_TAGS = {"think", "result", "answer", "tool_param"}
@@ -227,9 +230,16 @@ def _single_element(text: str) -> tuple[str, str] | None:
     if match is None:
         return None
     tag, body = match.group(1), match.group(2)
-    if re.search(rf"</?{re.escape(tag)}(?:[\s/>])", body, re.IGNORECASE):
+    if _same_tag(tag).search(body):
         return None
     return tag.lower(), body
+
+
+@lru_cache(maxsize=1024)
+def _same_tag(tag: str) -> re.Pattern[str]:
+    """An opening or closing of ``tag``; compiled once per tag (escaping and looking the
+    pattern up per call was half of the duplicate check, #12.1)."""
+    return re.compile(rf"</?{re.escape(tag)}(?:[\s/>])", re.IGNORECASE)
 
 
 def call_identity(step: Step, registry: ToolRegistry) -> str:
@@ -285,14 +295,17 @@ def _call_fields(step: Step) -> _CallFields:
     return step.kind, step.content, step.tool_input, step.tool_type, step.tool_name
 
 
-def step_row_fields(row: Mapping[str, Any]) -> _CallFields:
-    return row["kind"], row["content"], row["tool_input"], row["tool_type"], row["tool_name"]
-
-
 def _duplicates(steps: Sequence[_CallFields], registry: ToolRegistry) -> list[str]:
     identities = [_identity(content, tool_input, tool_type, tool_name, registry)
                   for kind, content, tool_input, tool_type, tool_name in steps
                   if kind == "tool_call"]
+    return [b[:200] for a, b in pairwise(identities) if a == b]
+
+
+def _row_duplicates(calls: Sequence[StepRow], registry: ToolRegistry) -> list[str]:
+    """:func:`_duplicates` of the tool-call rows of a ``steps`` cell."""
+    identities = [_identity(c["content"], c["tool_input"], c["tool_type"], c["tool_name"],
+                            registry) for c in calls]
     return [b[:200] for a, b in pairwise(identities) if a == b]
 
 
@@ -305,16 +318,19 @@ def tag_analysis(text: str, steps: Sequence[Step]) -> dict[str, int]:
 
 
 def _tag_counts(text: str, kinds: Iterable[str]) -> dict[str, int]:
-    counts = Counter(name.lower() for name in _ANY_TAG.findall(text))
-    if not counts:
-        counts.update(kinds)
+    found = _ANY_TAG.findall(text)
+    if not found:
+        return dict(sorted(Counter(kinds).items()))
+    # Counted as written (in C), then case folded over the few distinct names: lowering
+    # every tag in Python was most of this count (#12.1).
+    counts: dict[str, int] = {}
+    for name, count in Counter(found).items():
+        key = name.lower()
+        counts[key] = counts.get(key, 0) + count
     return dict(sorted(counts.items()))
 
 
 Reparser = Callable[[str], list[Step]]
-
-StepRow = dict[str, Any]
-"""A step as the ``steps`` column holds it (``Step`` fields, dumped)."""
 
 RowReparser = Callable[[str, Sequence[StepRow], str, list[str]], list[StepRow]]
 """Re-cuts a repaired response into step rows: (text, its steps, repaired text, fixes).
@@ -354,9 +370,9 @@ def screen(text: str, steps: Sequence[StepRow], config: PreprocessConfig,
             text = repair.text
             new_steps = reparse(original, steps, text, fixes)
             steps = new_steps
-    fields = [step_row_fields(s) for s in steps]
-    count = sum(1 for s in fields if s[0] == "tool_call")
-    duplicates = _duplicates(fields, registry)
+    calls = [s for s in steps if s["kind"] == "tool_call"]
+    count = len(calls)
+    duplicates = _row_duplicates(calls, registry)
     flags: list[str] = []
     reason: str | None = None
     if count > config.beta_threshold:
@@ -369,7 +385,8 @@ def screen(text: str, steps: Sequence[StepRow], config: PreprocessConfig,
         flags.append(f"duplicates: {len(duplicates)} consecutive identical call(s)")
     return Screening(text=text, steps=new_steps, kept=reason is None, removal_reason=reason,
                      flags=flags, tool_call_count=count, duplicate_calls=duplicates,
-                     format_fixes=fixes, tag_analysis=_tag_counts(text, (s[0] for s in fields)))
+                     format_fixes=fixes,
+                     tag_analysis=_tag_counts(text, (s["kind"] for s in steps)))
 
 
 def preprocess_one(
