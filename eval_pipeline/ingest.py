@@ -13,9 +13,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 
 from eval_pipeline.clips import Clip, segment
@@ -243,30 +243,42 @@ def _repaired_responses(response: pa.Array, kept: list[int],
     (kept position -> (original, repaired text)), as the string column pandas makes from
     the Python strings (``test_stage_digests``).
 
-    A repair that only appended to the original (closers at the end: most repairs) is
-    appended in Arrow; only responses repaired inside are converted from Python, which
-    re-encodes them.
+    The UTF-8 bytes are copied once, row by row (a batch has a few hundred rows), from the
+    raw column's buffer: a repair that only appended to the original (closers at the end:
+    most repairs) appends its few bytes, and only responses repaired inside are encoded
+    from Python. Taking, appending and replacing with Arrow kernels copied the text three
+    times; converting the Python strings re-encoded all of it (#12.1).
     """
-    taken = response.take(pa.array(kept, pa.int64()))
-    suffixes: list[str] | None = None
-    inside: dict[int, str] = {}
-    for position, (original, text) in repaired.items():
-        if text.startswith(original):
-            if suffixes is None:
-                suffixes = [""] * len(kept)
-            suffixes[position] = text[len(original):]
+    if len(kept) == len(response) and not repaired:
+        return pd.Series(pd.array(response, dtype=_STR))
+    if response.type != pa.large_string():
+        response = response.cast(pa.large_string())
+    first = response.offset
+    offsets = np.frombuffer(response.buffers()[1], np.int64)[first:first + len(response) + 1]
+    bounds = offsets.tolist()
+    data = memoryview(response.buffers()[2])
+    pieces: list[bytes | memoryview] = []
+    ends = [0]
+    size = 0
+    for position, row in enumerate(kept):
+        start, end = bounds[row], bounds[row + 1]
+        change = repaired.get(position)
+        if change is None:
+            pieces.append(data[start:end])
+            size += end - start
+        elif change[1].startswith(change[0]):
+            pieces.append(data[start:end])
+            tail = change[1][len(change[0]):].encode()
+            pieces.append(tail)
+            size += end - start + len(tail)
         else:
-            inside[position] = text
-    if suffixes is not None:
-        taken = pc.binary_join_element_wise(
-            taken, pa.array(suffixes, taken.type), pa.scalar("", taken.type))
-    if inside:
-        mask = [False] * len(kept)
-        for position in inside:
-            mask[position] = True
-        taken = pc.replace_with_mask(taken, pa.array(mask, pa.bool_()),
-                                     pa.array(list(inside.values()), taken.type))
-    return pd.Series(pd.array(taken, dtype=_STR))
+            whole = change[1].encode()
+            pieces.append(whole)
+            size += len(whole)
+        ends.append(size)
+    values = pa.LargeStringArray.from_buffers(
+        len(kept), pa.py_buffer(np.array(ends, np.int64)), pa.py_buffer(b"".join(pieces)))
+    return pd.Series(pd.array(values, dtype=_STR))
 
 
 def clips_table(preprocessed: pd.DataFrame) -> pd.DataFrame:
