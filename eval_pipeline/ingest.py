@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
-from eval_pipeline.clips import Clip, segment
+from eval_pipeline.clips import Clip, ClipRow, segment_rows
 from eval_pipeline.formats import parse_file, row_reparser
 from eval_pipeline.judges.base import ClipTask, ClipView
 from eval_pipeline.models import (
@@ -284,18 +284,21 @@ def _repaired_responses(response: pa.Array, kept: list[int],
 def clips_table(preprocessed: pd.DataFrame) -> pd.DataFrame:
     """Clips of every trajectory; only the five columns they need are read."""
     columns = ["trajectory_id", "batch", "task_id", "raw_response", "steps"]
-    # Built column by column: a DataFrame from one dict per clip cost three quarters of
-    # the stage (pyinstrument).
-    out: dict[str, list[object]] = {c: [] for c in CLIP_COLUMNS}
-    fields = list(Clip.model_fields)
+    # Built column by column from one tuple per clip: a DataFrame from one dict per clip
+    # cost three quarters of the stage (pyinstrument), a Clip model per clip a sixth.
+    rows: list[ClipRow] = []
+    ids: dict[str, list[object]] = {"trajectory_id": [], "batch": [], "task_id": []}
     for tid, batch, task_id, text, steps in zip(
             *(preprocessed[c].tolist() for c in columns), strict=True):
-        for clip in segment(text, steps_from_rows(steps)):
-            out["trajectory_id"].append(tid)
-            out["batch"].append(batch)
-            out["task_id"].append(task_id)
-            for name in fields:
-                out[name].append(getattr(clip, name))
+        clips = segment_rows(text, _step_rows(steps))
+        rows.extend(clips)
+        ids["trajectory_id"] += [tid] * len(clips)
+        ids["batch"] += [batch] * len(clips)
+        ids["task_id"] += [task_id] * len(clips)
+    fields = list(Clip.model_fields)
+    values = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
+    out: dict[str, list[object]] = {
+        **ids, **{name: list(column) for name, column in zip(fields, values, strict=True)}}
     return pd.DataFrame(out, columns=CLIP_COLUMNS)
 
 
