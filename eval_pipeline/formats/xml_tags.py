@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -153,7 +154,114 @@ def analyze_xml_rows(text: str, registry: ToolRegistry) -> tuple[list[StepRow], 
     The parser's hot path: rows are built as plain dicts, the values :class:`Step` would
     validate and dump (no model per step; validating and dumping them was a third of
     parsing, #12.1). :func:`analyze_xml_response` wraps the same rows in Step models.
+    A well-formed response (most of them) is read element by element
+    (:func:`_read_well_formed`); any other goes through the tag scan (:func:`_read_tags`).
     """
+    found = _read_well_formed(text, registry)
+    return found if found is not None else _read_tags(text, registry)
+
+
+@lru_cache(maxsize=16)
+def _element_pattern(tool_tags: tuple[str, ...]) -> re.Pattern[str]:
+    """One whole step element: ``<name>body</name>`` for the control and tool tags, whose
+    body holds no tag of its own name (``</?name`` in any case, followed by no name
+    character: more than the scan counts as one, never less), or an ``<answer>`` with no
+    tag at all in its body, closed or running to the end of the text. Bare lower-case
+    tags only: attributes, other spellings and other closers are left to the scan."""
+    names = sorted({"think", "result", "tool_param", "tool_call", *tool_tags},
+                   key=lambda n: (-len(n), n))
+    alternation = "|".join(re.escape(n) for n in names)
+    own_free = r"(?:[^<]++|<(?!/?(?i:\1)(?![\w.-])))*+"
+    tag_free = r"(?:[^<]++|<(?![A-Za-z_/]))*+"
+    return re.compile(rf"<({alternation})>({own_free})</\1>"
+                      rf"|<answer>({tag_free})(</answer>|\Z)")
+
+
+# A tag the scan would pair (an opening or closing one, not self-closing like
+# <execute_tools />).
+_PAIRED_TAG = re.compile(r"<(?:/[A-Za-z_][\w.-]*\s*|[A-Za-z_][\w.-]*(?:\s[^<>]*)?(?<!/))>")
+
+
+def _read_well_formed(text: str, registry: ToolRegistry
+                      ) -> tuple[list[StepRow], list[str]] | None:
+    """:func:`_read_tags`'s reading of a response made of whole elements and text with no
+    tags between them (self-closing ones aside), or None for any other response.
+
+    Why it reads the same: outside the elements there is no tag to pair, and inside an
+    element no tag of its name, so the scan pairs each element's opening with its own
+    closer, whatever tags its body holds (the scan's cursor skips them, and a closer pops
+    the latest opening of its name, never one from an earlier body); an ``<answer>`` with
+    no tag in its body has no structural tag before its end to stop at, and one running
+    to the end of the text is read to the end, as the scan reads it. The text between
+    elements becomes text steps as the scan makes them. One regex match per element
+    instead of a scan step per tag and a stack per name: a third of the parse (#12.1;
+    ``test_well_formed.py`` holds it to :func:`_read_tags`).
+    """
+    rows: list[StepRow] = []
+    notes: list[str] = []
+    cursor = 0
+    after_tool_param = False
+    paired_tag = _PAIRED_TAG.search
+    for m in _element_pattern(tuple(registry.tool_tags)).finditer(text):
+        start, end = m.span()
+        if start > cursor:
+            if paired_tag(text, cursor, start):
+                return None
+            piece = text[cursor:start].strip()
+            if piece:
+                rows.append({"kind": "text", "content": piece, "start": cursor,
+                             "end": start, **_NO_CALL})
+        cursor = end
+        tag = m[1]
+        if tag is None:
+            if not m[4]:
+                notes.append("unclosed <answer> read to the end of the response")
+            rows.append({"kind": "answer", "content": m[3].strip(), "start": start,
+                         "end": end, **_NO_CALL})
+        elif tag == "think":
+            rows.append({"kind": "thought", "content": m[2].strip(), "start": start,
+                         "end": end, **_NO_CALL})
+        elif tag == "result":
+            if after_tool_param:
+                rows.append(_step("text", m[2].strip(), start, end, tool_name="tool_param"))
+            else:
+                rows.append({"kind": "tool_result", "content": m[2].strip(), "start": start,
+                             "end": end, **_NO_CALL})
+        elif tag == "tool_param":
+            rows.append(_step("text", text[start:end], start, end, tool_name="tool_param"))
+            after_tool_param = True
+            continue
+        elif tag == "tool_call":
+            name, tool_input, call_id = parse_tool_call_json(m[2])
+            if name is None:
+                notes.append(f"<tool_call> at char {start} has no readable name")
+            rows.append(_step("tool_call", text[start:end], start, end,
+                              tool_name=name or "unknown",
+                              tool_type=registry.tool_type_for_name(name),
+                              tool_input=tool_input, tool_call_id=call_id))
+        else:
+            action, tool_input = split_action(m[2])
+            tool_type = registry.tool_type_for_tag(tag)
+            if tool_type == GENERIC_TOOL_TYPE:
+                tool_type = registry.tool_type_for_name(action or tag)
+            rows.append(_step("tool_call", text[start:end], start, end,
+                              tool_name=action or tag, tool_type=tool_type,
+                              tool_input=tool_input))
+        after_tool_param = False
+    if len(text) > cursor:
+        if paired_tag(text, cursor):
+            return None
+        piece = text[cursor:].strip()
+        if piece:
+            rows.append({"kind": "text", "content": piece, "start": cursor,
+                         "end": len(text), **_NO_CALL})
+    if all(r["kind"] == "text" for r in rows):
+        notes.append("no tags: the whole response is one text step")
+    return rows, notes
+
+
+def _read_tags(text: str, registry: ToolRegistry) -> tuple[list[StepRow], list[str]]:
+    """Any response: every tag scanned and paired (:func:`_scan`), then read in order."""
     tool_tags = registry.tool_tag_set
     rows: list[StepRow] = []
     notes: list[str] = []
