@@ -13,7 +13,9 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,r
 - ``drop``: parse + preprocess + clips of a generated drop (``--drop-mb``, the corpora's
   XML-tag records copied with new task ids, written to a temporary folder) against bare
   ``json.loads`` of the same lines, as a ratio measured in the same run, in one process and
-  in a pool of one process per core.
+  in a pool of one process per core (wall and CPU seconds, CPU per stage). ``--code DIR``
+  (repeatable) times other checkouts on the same batches in turn (``drop_child.py``, a
+  process per checkout and repeat), e.g. ``--code ../main --code .`` for before and after.
 - ``memory``: peak RSS of splitting generated 50 MB and 500 MB drops and running each batch
   through parse, preprocess and clips, each drop in a fresh process.
 - ``cli-memory`` (#12.3): peak RSS of the whole CLI (``eval-pipeline run``, heuristic judge,
@@ -31,7 +33,8 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,r
   routing, heuristic judge, averaging, summaries, report); then ``--orch-rounds`` CLI calls
   on demo02 with one run per batch into one instance, to show whether the cost per batch
   grows with the runs already recorded. ``--code DIR`` (repeatable) runs the CLI from other
-  checkouts too (e.g. the main branch, for a before/after in one run).
+  checkouts too (e.g. the main branch, for a before/after in one run); the drop section
+  takes ``--code`` too.
 """
 
 from __future__ import annotations
@@ -54,7 +57,6 @@ import tempfile
 import time
 import types
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -234,7 +236,7 @@ def stage_section(files: list[Path], repeats: int, codes: list[Path] | None = No
 
 
 def _batch_stages(path: Path) -> tuple[int, int]:
-    """One batch through parse, preprocess and clips, as the three assets run it."""
+    """One batch through parse, preprocess and clips, as the three assets run them."""
     raw, quarantined = ingest.read_batch(path, None, path.stem)
     kept, _removed, _stats = ingest.preprocess_batch(raw, PreprocessConfig(),
                                                      default_registry())
@@ -252,30 +254,55 @@ def _json_only(path: Path) -> int:
     return n
 
 
-def drop_section(megabytes: float, split_size: int, repeats: int) -> None:
+def drop_section(megabytes: float, split_size: int, repeats: int, codes: list[Path]) -> None:
+    """The three stages over a generated drop's batches against bare ``json.loads`` of the
+    same lines, per checkout in ``codes`` (each timed in a child process, ``drop_child.py``,
+    the checkouts in turn each repeat, so load from other work hits them alike)."""
+    workers = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as tmp:
         drop = Path(tmp) / "generated.jsonl"
         lines = write_corpus_drop(drop, megabytes, CORPORA)
         size = drop.stat().st_size / 1e6
         manifests = split_drop(drop, Path(tmp) / "batches", split_size)
-        batches = [Path(tmp) / "batches" / "generated" / m.batch_file for m in manifests]
-        workers = os.cpu_count() or 1
-        with ProcessPoolExecutor(workers) as pool:
-            list(pool.map(_json_only, batches[:workers]))  # start the workers
-            jobs = {
-                "json.loads, 1 process": lambda: [_json_only(b) for b in batches],
-                "stages, 1 process": lambda: [_batch_stages(b) for b in batches],
-                f"stages, {workers} processes": lambda: list(pool.map(_batch_stages,
-                                                                      batches)),
-            }
-            medians = interleaved(jobs, repeats, warm_up=False)
-        base = medians["json.loads, 1 process"]
-        print(f"generated drop: {size:.0f} MB, {lines} lines, {len(batches)} batches of "
-              f"{split_size}")
-        print(tabulate([[name, f"{s:.2f}", f"{size / s:.1f}", f"{base / s:.2f}"]
-                        for name, s in medians.items()],
-                       headers=[f"parse+preprocess+clips (median of {repeats})", "seconds", "MB/s",
-                                "x json.loads"]))
+        folder = Path(tmp) / "batches" / "generated"
+        batches = [folder / m.batch_file for m in manifests]
+        loads = [_json_only(b) for b in batches]  # warm the page cache
+        load_start = os.getloadavg()[0]
+        base_wall: list[float] = []
+        base_cpu: list[float] = []
+        runs: dict[Path, list[dict[str, float]]] = {code: [] for code in codes}
+        for _ in range(repeats):
+            wall, cpu = time.perf_counter(), time.process_time()
+            loads = [_json_only(b) for b in batches]
+            base_wall.append(time.perf_counter() - wall)
+            base_cpu.append(time.process_time() - cpu)
+            for code in codes:
+                done = subprocess.run(
+                    [sys.executable, str(Path(__file__).with_name("drop_child.py")),
+                     str(folder), str(workers)],
+                    env={**os.environ, "PYTHONPATH": str(code)}, check=True,
+                    capture_output=True, text=True)
+                runs[code].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        assert sum(loads) == lines
+    median = statistics.median
+    json_wall, json_cpu = median(base_wall), median(base_cpu)
+    print(f"generated drop: {size:.0f} MB, {lines} lines, {len(batches)} batches of "
+          f"{split_size}; load average {load_start:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end; medians of {repeats}")
+    rows = [["json.loads, 1 process", "", f"{json_wall:.2f}", f"{json_cpu:.2f}", "", "", "",
+             f"{size / json_wall:.0f}", "1", "1"]]
+    for code, got in runs.items():
+        m = {k: median(r[k] for r in got) for k in got[0]}
+        rows.append(["stages, 1 process", str(code), f"{m['wall']:.2f}", f"{m['cpu']:.2f}",
+                     f"{m['parse']:.2f}", f"{m['preprocess']:.2f}", f"{m['clips']:.2f}",
+                     f"{size / m['wall']:.1f}", f"{json_wall / m['wall']:.2f}",
+                     f"{json_cpu / m['cpu']:.2f}"])
+        rows.append([f"stages, {workers} processes", str(code), f"{m['pool_wall']:.2f}", "",
+                     "", "", "", f"{size / m['pool_wall']:.1f}",
+                     f"{json_wall / m['pool_wall']:.2f}", ""])
+    print(tabulate(rows, headers=["parse+preprocess+clips", "code", "wall s", "CPU s",
+                                  "parse CPU", "preprocess CPU", "clips CPU", "MB/s",
+                                  "x json.loads (wall)", "x json.loads (CPU)"]))
 
 
 def _child_split_parse(drop: Path, out: Path, split_size: int) -> None:
@@ -543,7 +570,8 @@ def main() -> None:
         stage_section(files, args.repeats, args.code)
     if "drop" in sections:
         print()
-        drop_section(args.drop_mb, args.split_size, min(args.repeats, 3))
+        drop_section(args.drop_mb, args.split_size, min(args.repeats, 3),
+                     args.code or [ROOT])
     if "memory" in sections:
         print()
         memory_section(args.split_size)
