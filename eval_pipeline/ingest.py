@@ -208,7 +208,11 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
     if not kept_idx:  # the empty table keeps object columns, as pandas makes it from []
         return (pd.DataFrame([], columns=fields + PREPROCESSED_EXTRA), removed,
                 summarize(outcomes))
-    out: dict[str, Any] = {c: [columns[c][i] for i in kept_idx] for c in fields}
+    out: dict[str, Any] = {}
+    for c in fields:
+        # Columns passed through as they are: their strings stay in Arrow.
+        taken = (None if c in _REWRITTEN else _taken_strings(raw, c, kept_idx))
+        out[c] = taken if taken is not None else [columns[c][i] for i in kept_idx]
     out["extra"] = [e or "{}" for e in out["extra"]]
     for key in ("expected_tools", "expected_calls"):
         out[key] = [v if isinstance(v, str) else None for v in out[key]]
@@ -224,17 +228,35 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
             summarize(outcomes))
 
 
+_REWRITTEN = frozenset({"raw_response", "steps", "extra", "expected_tools", "expected_calls"})
+"""Raw columns preprocessing writes anew rather than passing through."""
+
 _STR = pd.StringDtype(storage="pyarrow", na_value=float("nan"))
 """pandas' default string dtype, which a column of Python strings gets."""
 
 
-def _arrow_strings(frame: pd.DataFrame, column: str) -> pa.Array | None:
-    """The column's Arrow strings (no copy) when it is a string column without nulls, the
-    column pandas makes from Python strings; else None."""
-    if column not in frame.columns or frame[column].dtype != _STR or frame[column].hasnans:
+def _arrow_strings(frame: pd.DataFrame, column: str, nulls: bool = False) -> pa.Array | None:
+    """The column's Arrow strings (no copy) when it is a string column (the column pandas
+    makes from Python strings), without nulls unless ``nulls``; else None."""
+    if column not in frame.columns or frame[column].dtype != _STR or (
+            not nulls and frame[column].hasnans):
         return None
     values = pa.array(frame[column].array)
     return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _taken_strings(frame: pd.DataFrame, column: str, rows: list[int]) -> pd.Series | None:
+    """``frame[column]`` at ``rows``, taken in Arrow, when it equals the column pandas makes
+    from those rows' Python values: a string column with a string among them (all missing
+    makes an object column of None). None otherwise. Spares converting every string to
+    Python and back (#12.1)."""
+    values = _arrow_strings(frame, column, nulls=True)
+    if values is None:
+        return None
+    taken = values.take(pa.array(rows, pa.int64()))
+    if taken.null_count == len(taken):
+        return None
+    return pd.Series(pd.array(taken, dtype=_STR))
 
 
 def _repaired_responses(response: pa.Array, kept: list[int],
@@ -287,18 +309,24 @@ def clips_table(preprocessed: pd.DataFrame) -> pd.DataFrame:
     # Built column by column from one tuple per clip: a DataFrame from one dict per clip
     # cost three quarters of the stage (pyinstrument), a Clip model per clip a sixth.
     rows: list[ClipRow] = []
-    ids: dict[str, list[object]] = {"trajectory_id": [], "batch": [], "task_id": []}
-    for tid, batch, task_id, text, steps in zip(
-            *(preprocessed[c].tolist() for c in columns), strict=True):
+    owners: list[int] = []  # the row of each clip's trajectory
+    for i, (text, steps) in enumerate(zip(*(preprocessed[c].tolist() for c in columns[3:]),
+                                          strict=True)):
         clips = segment_rows(text, _step_rows(steps))
         rows.extend(clips)
-        ids["trajectory_id"] += [tid] * len(clips)
-        ids["batch"] += [batch] * len(clips)
-        ids["task_id"] += [task_id] * len(clips)
+        owners += [i] * len(clips)
+    out: dict[str, object] = {}
+    for name in columns[:3]:  # the trajectory's ids, repeated per clip in Arrow if strings
+        taken = _taken_strings(preprocessed, name, owners)
+        if taken is None:
+            values = preprocessed[name].tolist()
+            out[name] = [values[i] for i in owners]
+        else:
+            out[name] = taken
     fields = list(Clip.model_fields)
-    values = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
-    out: dict[str, list[object]] = {
-        **ids, **{name: list(column) for name, column in zip(fields, values, strict=True)}}
+    columns_of_clips = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
+    out.update({name: list(column)
+                for name, column in zip(fields, columns_of_clips, strict=True)})
     return pd.DataFrame(out, columns=CLIP_COLUMNS)
 
 
