@@ -34,10 +34,12 @@ from eval_pipeline.models import (
 
 T = TypeVar("T")
 
-#: Every field of a raw_trajectories row at its default (``extra`` is set per row).
+#: The fields of a raw_trajectories row that have a default, at it (``extra`` is set per
+#: row); a row builder gives the others.
 _ROW_DEFAULTS: dict[str, Any] = {
     name: field.default for name, field in Trajectory.model_fields.items()
-    if name != "extra"}
+    if not field.is_required() and name != "extra"}
+_ROW_FIELDS = len(Trajectory.model_fields)
 
 
 class RecordError(Exception):
@@ -161,6 +163,11 @@ class JsonRecordsParser:
             expected_arguments_are_options=self.expected_arguments_are_options,
         )
         row.update(fields)
+        if len(row) != _ROW_FIELDS:
+            missing = sorted(set(Trajectory.model_fields) - set(row))
+            unknown = sorted(set(row) - set(Trajectory.model_fields))
+            raise TypeError(f"a row needs exactly the Trajectory fields: missing {missing}, "
+                            f"unknown {unknown}")
         return row
 
     def parse_rows(self, path: Path, ctx: ParseContext) -> ParseResult:
