@@ -46,9 +46,9 @@ class AnthropicJudge(SdkJudge):
         super().__init__(config, api_key)
         # base_url is always explicit so ANTHROPIC_BASE_URL or a profile on disk cannot
         # silently redirect a judge.
-        self._client = AsyncAnthropic(api_key=api_key, base_url=self.endpoint.base_url,
-                                      timeout=config.timeout_s, max_retries=0,
-                                      http_client=self._http_client())
+        self._clients = self._shards(lambda http_client: AsyncAnthropic(
+            api_key=api_key, base_url=self.endpoint.base_url, timeout=config.timeout_s,
+            max_retries=0, http_client=http_client))
         self._body: dict[str, Any] = ({"temperature": config.temperature}
                                       if sends_temperature(config, self.endpoint) else {})
 
@@ -77,8 +77,9 @@ class AnthropicJudge(SdkJudge):
 
     async def _create(self, request: JudgeRequest, *, tools: bool) -> Message:
         try:
-            return await self._client.messages.create(
-                **self._params(request, tools=tools), extra_body=self._body or None)
+            with self._clients.lease() as client:
+                return await client.messages.create(
+                    **self._params(request, tools=tools), extra_body=self._body or None)
         except anthropic.APIError as exc:
             raise self._translate(exc) from None
 

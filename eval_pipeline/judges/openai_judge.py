@@ -63,15 +63,15 @@ class OpenAIJudge(SdkJudge):
                  *, default_headers: dict[str, str] | None = None) -> None:
         super().__init__(config, api_key)
         self._send_temperature = sends_temperature(config, self.endpoint)
-        self._client = AsyncOpenAI(
+        self._clients = self._shards(lambda http_client: AsyncOpenAI(
             # Local servers ignore the key, but the SDK insists on one.
             api_key=api_key or "no-key-needed",
             base_url=self.endpoint.base_url,
             timeout=config.timeout_s,
             max_retries=0,
             default_headers=default_headers,
-            http_client=self._http_client(),
-        )
+            http_client=http_client,
+        ))
 
     def _kwargs(self, request: JudgeRequest, mode: str) -> dict[str, Any]:
         enforced = mode in ("json_schema", "tool")
@@ -102,9 +102,13 @@ class OpenAIJudge(SdkJudge):
         return kwargs
 
     async def _create(self, request: JudgeRequest) -> ChatCompletion:
+        with self._clients.lease() as client:
+            return await self._send(client, request)
+
+    async def _send(self, client: AsyncOpenAI, request: JudgeRequest) -> ChatCompletion:
         mode = self.reply_mode
         try:
-            return await self._client.chat.completions.create(**self._kwargs(request, mode))
+            return await client.chat.completions.create(**self._kwargs(request, mode))
         except openai.APIStatusError as exc:
             if mode != "json_schema" or not refuses_json_schema(exc):
                 raise self._translate(exc) from None
@@ -117,7 +121,7 @@ class OpenAIJudge(SdkJudge):
         except openai.APIError as exc:
             raise self._translate(exc) from None
         try:  # the same request again, in the mode the server accepts
-            return await self._client.chat.completions.create(
+            return await client.chat.completions.create(
                 **self._kwargs(request, self.reply_mode))
         except openai.APIError as exc:
             raise self._translate(exc) from None

@@ -8,15 +8,16 @@ APIConnectionError, APIStatusError), so one function decides for both what is tr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import httpx2
 
 from eval_pipeline.judges._common import retry_after_seconds
 from eval_pipeline.judges.base import JudgeError, JudgeReply, JudgeRequest
+from eval_pipeline.judges.client_shards import ClientShards
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import (
     FatalProviderError,
@@ -35,6 +36,8 @@ from eval_pipeline.judges.schema import (
 )
 
 FATAL_STATUSES = frozenset({401, 402, 403, 404})
+
+C = TypeVar("C")
 
 
 def translate_sdk_error(exc: Exception, sdk: ModuleType, timeout_s: float,
@@ -102,6 +105,7 @@ class SdkJudge:
 
     sdk: ClassVar[ModuleType]
     fallback_from: ClassVar[str]  # the one default mode a server may turn out not to do
+    _clients: ClientShards[Any]  # the SDK clients, set by the subclass
 
     def __init__(self, config: JudgeConfig, api_key: str | None) -> None:
         endpoint: ResolvedEndpoint = resolve_endpoint(config)
@@ -122,6 +126,12 @@ class SdkJudge:
         self._gate = ModeGate(settled=endpoint.output_mode_forced
                               or endpoint.output_mode != self.fallback_from)
 
+    @property
+    def _client(self) -> Any:
+        """One SDK client of this judge, for calls besides the judge requests (batch files,
+        the routing suite's model): any shard reaches the same endpoint with the same key."""
+        return self._clients.first
+
     def __repr__(self) -> str:  # the client holds the key; never print it
         return f"{type(self).__name__}(name={self.name!r}, model={self.model!r})"
 
@@ -129,15 +139,20 @@ class SdkJudge:
     def secrets(self) -> tuple[str | None, ...]:
         return self._secrets
 
-    def _http_client(self) -> Any:
-        """The SDK's own HTTP client, keeping as many connections alive as the judge has
-        requests in flight. The SDKs keep 100: at a concurrency above that, a request past
-        the hundredth would close its connection when it finished and the next one open a
-        new one (a TCP and TLS handshake, a DNS lookup in a thread) against a provider that
-        answers slowly enough to keep that many in flight."""
-        concurrency = self.config.concurrency
+    def _http_client(self, keepalive: int) -> Any:
+        """The SDK's own HTTP client for one shard (judges/client_shards.py), keeping
+        ``keepalive`` connections alive: as many as the shard has requests in flight at
+        most. The SDKs keep 100 per client: past that, a request's connection would be
+        closed when it finished and the next request open a new one (a TCP and TLS
+        handshake, a DNS lookup in a thread) against a provider that answers slowly
+        enough to keep that many in flight."""
         return self.sdk.DefaultAsyncHttpxClient(limits=httpx2.Limits(
-            max_connections=max(1000, concurrency), max_keepalive_connections=concurrency))
+            max_connections=max(1000, keepalive), max_keepalive_connections=keepalive))
+
+    def _shards(self, make: Callable[[Any], C]) -> ClientShards[C]:
+        """``make(http_client)`` once per shard of this judge's concurrency."""
+        return ClientShards(lambda keepalive: make(self._http_client(keepalive)),
+                            self.config.concurrency)
 
     def cache_identity(self) -> dict[str, Any]:
         """Everything besides the prompt and schema that shapes the answer."""
@@ -200,4 +215,4 @@ class SdkJudge:
         return translate_sdk_error(exc, self.sdk, self.config.timeout_s, self._secrets)
 
     async def aclose(self) -> None:
-        await self._client.close()  # type: ignore[attr-defined]
+        await self._clients.aclose(lambda client: client.close())

@@ -62,7 +62,8 @@ class ToolCallingOpenAI(OpenAIJudge):
         if self._send_temperature:
             kwargs["temperature"] = self.config.temperature
         try:
-            completion = await self._client.chat.completions.create(**kwargs)
+            with self._clients.lease() as client:
+                completion = await client.chat.completions.create(**kwargs)
         except openai.APIError as exc:
             raise self._translate(exc) from None
         usage = completion.usage
@@ -130,9 +131,10 @@ class ToolCallingAnthropic(AnthropicJudge):
         if system:
             kwargs["system"] = system
         try:
-            message = await self._client.messages.create(
-                model=self.model, max_tokens=self.config.max_tokens,
-                extra_body=self._body or None, **kwargs)
+            with self._clients.lease() as client:
+                message = await client.messages.create(
+                    model=self.model, max_tokens=self.config.max_tokens,
+                    extra_body=self._body or None, **kwargs)
         except anthropic.APIError as exc:
             raise self._translate(exc) from None
         tokens_in = message.usage.input_tokens if message.usage else 0

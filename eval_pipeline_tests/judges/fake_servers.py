@@ -303,6 +303,8 @@ class FakeLLMServer:
         self.requests: list[Recorded] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.connections = 0  # TCP connections accepted: more than the client's concurrency
+        # means it closed kept-alive connections and opened new ones
         self._busy_area = 0.0  # integral of in_flight over time
         self._first_at: float | None = None
         self._changed_at = 0.0
@@ -595,6 +597,8 @@ class FakeLLMServer:
                 return True
 
             def handle(self) -> None:
+                with server._lock:
+                    server.connections += 1
                 with contextlib.suppress(OSError, ValueError):
                     super().handle()
 

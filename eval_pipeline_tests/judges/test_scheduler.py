@@ -13,6 +13,7 @@ import pytest
 
 from eval_pipeline.judges import make_judge
 from eval_pipeline.judges.base import ClipTask
+from eval_pipeline.judges.client_shards import ClientShards, shard_count
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.limits import CallLimiter
 from eval_pipeline.judges.requests import chain_context
@@ -139,6 +140,34 @@ def test_scheduler_keeps_concurrency_requests_in_flight_across_chains(slow_serve
     assert slow_server.max_in_flight == 4
     # 4 when the client keeps up; the margin is for a loaded 2-core machine
     assert slow_server.mean_in_flight >= 2.0, slow_server.mean_in_flight
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_high_concurrency_judge_spreads_its_connections_over_small_pools_kept_alive(kind):
+    """At concurrency 48 a judge holds three SDK clients of 16 connections each (one pool
+    scanned per request stays short), still keeps 48 requests in flight, and never closes
+    a connection to open another: the server accepts at most 48 for 180 requests."""
+    server = FakeLLMServer(kind, latency_s=0.1).start()
+    try:
+        make_config = openai_config if kind == "openai" else anthropic_config
+        config = make_config(server, concurrency=48)
+        judge = make_judge(config, SECRET)
+        assert len(judge._clients.clients) == shard_count(48) == 3
+        asyncio.run(judge.aclose())
+        result = only(run_jobs([config], make_tasks(60, 3)))
+        assert [r.status for r in result.rows] == ["ok"] * 180
+        assert server.calls == 180 and server.max_in_flight == 48
+        assert server.connections <= 48, server.connections
+    finally:
+        server.stop()
+
+
+def test_leases_go_to_the_pool_with_fewest_requests_in_flight():
+    shards = ClientShards(lambda keepalive: keepalive, concurrency=40, per_shard=16)
+    assert shards.clients == [14, 14, 14]  # 3 pools, each keeping alive its share
+    with shards.lease(), shards.lease(), shards.lease(), shards.lease():
+        assert sorted(shards._in_flight) == [1, 1, 2]
+    assert shards._in_flight == [0, 0, 0]
 
 
 def test_the_longest_chain_goes_first_and_sets_the_pace(slow_server):
