@@ -217,10 +217,24 @@ def cli_drop(folder: Path, files: list[Path], at_least: int | None) -> Path:
                 except json.JSONDecodeError:
                     continue
                 record["task_id"] = f"{record.get('task_id', written)}~{copy}"
+                distinct(record, copy)
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 written += 1
             copy += 1
     return drop
+
+
+def distinct(record: dict[str, Any], copy: int) -> None:
+    """Make a copied record's task text its own, so every prompt of the copy differs from
+    the original's: the CLI's judgment cache answers identical prompts without a request,
+    and a drop of copies that differ only in task ids would measure the cache."""
+    if copy == 0:
+        return
+    if isinstance(record.get("task_description"), str):
+        record["task_description"] += f" (copy {copy})"
+    sft = record.get("sft_data")
+    if isinstance(sft, dict) and isinstance(sft.get("instruction"), str):
+        sft["instruction"] += f" (copy {copy})"
 
 
 def cli_seconds(drop: Path, judges_yaml: str | None) -> float:
