@@ -76,10 +76,14 @@ class AnthropicJudge(SdkJudge):
         return self._read(request, message)
 
     async def _create(self, request: JudgeRequest, *, tools: bool) -> Message:
+        # The SDK's own ``post`` rather than ``messages.create``: the same client, key,
+        # timeout, errors and typed reply, without the parameter transform that walks the
+        # TypedDict annotations on every call (openai_judge._post says why).
         try:
             with self._clients.lease() as client:
-                return await client.messages.create(
-                    **self._params(request, tools=tools), extra_body=self._body or None)
+                return await client.post("/v1/messages", cast_to=Message,
+                                         body={**self._params(request, tools=tools),
+                                               **self._body})
         except anthropic.APIError as exc:
             raise self._translate(exc) from None
 

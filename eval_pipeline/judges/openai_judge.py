@@ -105,10 +105,20 @@ class OpenAIJudge(SdkJudge):
         with self._clients.lease() as client:
             return await self._send(client, request)
 
+    @staticmethod
+    async def _post(client: AsyncOpenAI, body: dict[str, Any]) -> ChatCompletion:
+        """``chat.completions.create`` without its parameter transform: the SDK's own
+        ``post`` (its documented way to send a body as it is), with the same client, key,
+        timeout, errors and typed reply. ``create`` walks the TypedDict annotations of every
+        parameter on every call to transform them, about 0.5 ms of CPU per request (a fifth
+        of the request at concurrency 256, profiled), and a judge's bodies are plain JSON
+        already: the same bodies batch mode writes to its files."""
+        return await client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+
     async def _send(self, client: AsyncOpenAI, request: JudgeRequest) -> ChatCompletion:
         mode = self.reply_mode
         try:
-            return await client.chat.completions.create(**self._kwargs(request, mode))
+            return await self._post(client, self._kwargs(request, mode))
         except openai.APIStatusError as exc:
             if mode != "json_schema" or not refuses_json_schema(exc):
                 raise self._translate(exc) from None
@@ -121,8 +131,7 @@ class OpenAIJudge(SdkJudge):
         except openai.APIError as exc:
             raise self._translate(exc) from None
         try:  # the same request again, in the mode the server accepts
-            return await client.chat.completions.create(
-                **self._kwargs(request, self.reply_mode))
+            return await self._post(client, self._kwargs(request, self.reply_mode))
         except openai.APIError as exc:
             raise self._translate(exc) from None
 
