@@ -19,8 +19,12 @@ At 256 the drop is the corpora copied with new task ids to at least 3,000 trajec
 where chains are not the critical path. Printed per concurrency: medians of requests/s,
 the ratio to (a), the server's time-weighted mean requests in flight, and the chain-aware
 bound: max(longest chain x latency, requests x latency / concurrency), the least wall time
-any scheduler could reach. Then prompt tokens per clip against clip index with the chain
-unbounded and bounded (``context_budget_chars``). Prints figures; asserts nothing.
+any scheduler could reach; and the client's CPU per request (this process's for (a) and
+(b), the CLI process's for (c), its heuristic run's CPU subtracted) with the bare client's
+divided by it: at 256 on 2 cores the client is CPU-bound, so that ratio is what the
+throughput ratio tends to on a quiet machine, and it holds still while other work shares
+the cores. Then prompt tokens per clip against clip index with the chain unbounded and
+bounded (``context_budget_chars``). Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -188,13 +193,14 @@ def chain_bound(tasks: list[ClipTask], requests: int, concurrency: int) -> float
 
 
 def phase(server: ServerProcess, run: Callable[[str], Coroutine[Any, Any, int]]
-          ) -> tuple[float, float, int]:
-    """(requests/s, the server's mean in flight, requests) of one run on a fresh server."""
+          ) -> tuple[float, float, int, float]:
+    """(requests/s, the server's mean in flight, requests, ms of CPU per request) of one
+    run on a fresh server. The CPU is this process's (the server runs in its own)."""
     url = server.new()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     requests = asyncio.run(run(url))
-    seconds = time.perf_counter() - start
-    return requests / seconds, server.stats()["mean"], requests
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return requests / seconds, server.stats()["mean"], requests, cpu * 1000 / requests
 
 
 def cli_drop(folder: Path, files: list[Path], at_least: int | None) -> Path:
@@ -237,9 +243,9 @@ def distinct(record: dict[str, Any], copy: int) -> None:
         sft["instruction"] += f" (copy {copy})"
 
 
-def cli_seconds(drop: Path, judges_yaml: str | None) -> float:
-    """Wall time of ``eval-pipeline run`` on ``drop`` (default split size and batches per
-    run), in a fresh process, instance and cache."""
+def cli_seconds(drop: Path, judges_yaml: str | None) -> tuple[float, float]:
+    """Wall time and CPU seconds of ``eval-pipeline run`` on ``drop`` (default split size
+    and batches per run), in a fresh process, instance and cache."""
     with tempfile.TemporaryDirectory() as tmp:
         command = [sys.executable, "-m", "eval_pipeline.cli", "run", str(drop),
                    "--output", str(Path(tmp) / "out")]
@@ -249,21 +255,23 @@ def cli_seconds(drop: Path, judges_yaml: str | None) -> float:
             command += ["--judges", str(judges)]
         env = {**os.environ, KEY_ENV: "bench-key", "PYTHONPATH": str(ROOT),
                "DAGSTER_HOME": tmp, "EVAL_PIPELINE_STORE": str(Path(tmp) / "store")}
-        start = time.perf_counter()
+        start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(command, env=env, check=False, capture_output=True, cwd=tmp,
                               text=True)
-        seconds = time.perf_counter() - start
+        seconds, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         if done.returncode != 0:
             raise SystemExit(f"CLI exited {done.returncode}:\n{done.stdout[-2000:]}"
                              f"\n{done.stderr[-2000:]}")
-        return seconds
+        return seconds, cpu
 
 
 def cli_phase(server: ServerProcess, drop: Path, concurrency: int
-              ) -> tuple[float, float, int, float]:
-    """(judging requests/s, the server's mean in flight, requests, LLM run's seconds): the
-    CLI with one LLM judge minus the same CLI with the heuristic judge."""
-    own = cli_seconds(drop, None)
+              ) -> tuple[float, float, int, float, float]:
+    """(judging requests/s, the server's mean in flight, requests, LLM run's seconds, ms
+    of CPU per request): the CLI with one LLM judge minus the same CLI with the heuristic
+    judge."""
+    own, own_cpu = cli_seconds(drop, None)
     url = server.new()
     config = judge_config(url, concurrency)
     fields = ["name", "provider", "model", "base_url", "api_key_env", "concurrency",
@@ -271,9 +279,11 @@ def cli_phase(server: ServerProcess, drop: Path, concurrency: int
     judges_yaml = "judges:\n" + "".join(
         f"  {'- ' if i == 0 else '  '}{f}: {getattr(config, f)}\n"
         for i, f in enumerate(fields))
-    seconds = cli_seconds(drop, judges_yaml)
+    seconds, cpu = cli_seconds(drop, judges_yaml)
     stats = server.stats()
-    return stats["calls"] / max(seconds - own, 1e-9), stats["mean"], stats["calls"], seconds
+    calls = max(stats["calls"], 1)
+    return (stats["calls"] / max(seconds - own, 1e-9), stats["mean"], stats["calls"], seconds,
+            (cpu - own_cpu) * 1000 / calls)
 
 
 def token_curve(tasks: list[ClipTask], budget: int) -> list[list[object]]:
@@ -317,7 +327,8 @@ def main() -> None:
           f"{len({t.trajectory_id for t in big})} trajectories; latency {LATENCY_S}s; "
           f"{os.cpu_count()} cores")
     server = ServerProcess()
-    figures: dict[tuple[int, str], list[tuple[float, float, int]]] = defaultdict(list)
+    figures: dict[tuple[int, str], list[tuple[float, float, int, float]]] = (
+        defaultdict(list))
     with tempfile.TemporaryDirectory() as drops_dir:
         drops: dict[int, Path] = {}
         if args.cli:
@@ -338,9 +349,9 @@ def main() -> None:
                     figures[(concurrency, "a")].append(phase(server, partial(
                         bare_client, requests=prompts, concurrency=concurrency)))
                     if args.cli:
-                        rate, mean, calls, seconds = cli_phase(
+                        rate, mean, calls, seconds, cpu = cli_phase(
                             server, drops[concurrency], concurrency)
-                        figures[(concurrency, "c")].append((rate, mean, calls))
+                        figures[(concurrency, "c")].append((rate, mean, calls, cpu))
                         print(f"  c={concurrency}: CLI {calls} requests in {seconds:.1f}s, "
                               f"{rate:.1f}/s judging", flush=True)
         finally:
@@ -350,6 +361,7 @@ def main() -> None:
     for concurrency in args.concurrency:
         work = big if concurrency >= 256 else tasks
         bare = statistics.median(f[0] for f in figures[(concurrency, "a")])
+        bare_cpu = statistics.median(f[3] for f in figures[(concurrency, "a")])
         for which, label in (("a", "bare client"), ("b", "judge layer (run_judges)"),
                              ("c", "whole CLI minus heuristic run")):
             runs = figures[(concurrency, which)]
@@ -357,12 +369,15 @@ def main() -> None:
                 continue
             rate = statistics.median(f[0] for f in runs)
             calls = runs[0][2]
+            cpu = statistics.median(f[3] for f in runs)
             table.append([concurrency, label, calls, f"{rate:.1f}", f"{rate / bare:.2f}",
                           f"{statistics.median(f[1] for f in runs):.1f}",
-                          f"{chain_bound(work, calls, concurrency):.1f}"])
+                          f"{chain_bound(work, calls, concurrency):.1f}",
+                          f"{cpu:.2f}", f"{bare_cpu / cpu:.2f}"])
     print(tabulate(table, headers=["concurrency", "what", "requests", "requests/s",
                                    "ratio to (a)", "server mean in flight",
-                                   "chain-aware bound (s)"]))
+                                   "chain-aware bound (s)", "client CPU ms/request",
+                                   "CPU ratio (a)/x"]))
     print()
     print("prompt tokens per clip by clip index (mean over trajectories; 140-char summaries)")
     print(tabulate(token_curve(tasks, 600), headers=[
