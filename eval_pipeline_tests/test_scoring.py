@@ -91,3 +91,16 @@ def test_three_judges_average_exactly_as_fmean_and_keep_their_order():
     assert json.loads(row["judges"]) == ["a", "m", "z"]
     assert row["summary"] == "Combined evaluation: s0 | s0 | s0"
     assert row["spread"] == pytest.approx(0.2)
+
+
+def test_a_judge_table_without_a_summary_text_averages_with_the_others():
+    """A missing text (NaN in a table read back without it, or written by an older
+    version) is left out of the combined text, as an empty one is: it was a TypeError."""
+    a = _rows([(0, "microsandbox", {"code_correctness": 0.8})])
+    b = _rows([(0, "microsandbox", {"code_correctness": 0.4})])
+    b["summary"] = float("nan")
+    b["reasoning"] = None
+    avg = average_judgments({"a": a, "b": b}).set_index("clip_index")
+    assert avg.loc[0, "summary"] == "Combined evaluation: s0"
+    assert avg.loc[0, "reasoning"] == "Combined evaluation: r"
+    assert json.loads(avg.loc[0, "scores"]) == {"code_correctness": pytest.approx(0.6)}

@@ -161,7 +161,7 @@ def _floats(scores: dict[str, Any]) -> dict[str, float]:
 
 def _combined(texts: list[Any], combined: bool) -> str:
     """One judge's text as it is; several judges' texts joined, as the original tool does."""
-    kept = [t for t in texts if t]
+    kept = [t for t in texts if isinstance(t, str) and t]  # a missing text is NaN, not ""
     if combined:
         return "Combined evaluation: " + " | ".join(kept)
     return kept[0] if kept else ""
