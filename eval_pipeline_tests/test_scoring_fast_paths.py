@@ -121,7 +121,7 @@ def test_one_judge_texts_through_arrow_equal_the_plain_values() -> None:
                                                       "reasoning": object})})
     assert digest_table(as_arrow) == digest_table(as_objects)
     # As one of two judges (every group two rows, the general path) the texts are joined.
-    # (Missing texts are left out here: joining them fails, before this work too.)
+    # (Missing texts are filled here; test_scoring.py covers joining them.)
     filled = table.fillna({"summary": "", "reasoning": ""})
     two = average_judgments({"h": filled, "i": filled})
     assert two["summary"].tolist()[0] == "Combined evaluation: s0 <b> | s0 <b>"

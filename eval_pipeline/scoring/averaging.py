@@ -161,9 +161,10 @@ def _floats(scores: dict[str, Any]) -> dict[str, float]:
 
 def _combined(texts: list[Any], combined: bool) -> str:
     """One judge's text as it is; several judges' texts joined, as the original tool does."""
-    kept = [t for t in texts if isinstance(t, str) and t]  # a missing text is NaN, not ""
-    if combined:
-        return "Combined evaluation: " + " | ".join(kept)
+    if combined:  # a missing text (NaN, None) is left out, as an empty one
+        return "Combined evaluation: " + " | ".join(
+            t for t in texts if isinstance(t, str) and t)
+    kept = [t for t in texts if t]
     return kept[0] if kept else ""
 
 
