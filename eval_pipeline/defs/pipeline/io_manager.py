@@ -25,7 +25,7 @@ from dagster._core.storage.upath_io_manager import is_dict_type
 from upath import UPath
 
 from eval_pipeline.atomic import write_atomic
-from eval_pipeline.defs.pipeline.assets.metadata import add_batch_metadata
+from eval_pipeline.defs.pipeline.assets.metadata import add_batches_metadata
 from eval_pipeline.defs.pipeline.partition_index import read_index, update_index
 from eval_pipeline.store import resolve_store
 
@@ -75,15 +75,16 @@ class ParquetUPathIOManager(dg.UPathIOManager):
         keys = list(context.asset_partition_keys)
         frames = by_partition(obj, keys, context.asset_key.to_user_string())
         paths = self._get_paths_for_partitions(context)
+        metadata: dict[str, dict[str, Any]] = {}
         for key in keys:
             path = paths[key]
             self.dump_to_path(context, frames[key], path)
-            metadata = {"path": dg.MetadataValue.path(str(path)),
-                        **self.get_metadata(context, frames[key])}
-            if len(keys) == 1:
-                context.add_output_metadata(metadata)
-            else:  # output metadata would land on every partition's materialization alike
-                add_batch_metadata(context.step_context, metadata, context.asset_key, key, keys)
+            metadata[key] = {"path": dg.MetadataValue.path(str(path)),
+                             **self.get_metadata(context, frames[key])}
+        if len(keys) == 1:
+            context.add_output_metadata(metadata[keys[0]])
+        else:  # output metadata would land on every partition's materialization alike
+            add_batches_metadata(context.step_context, metadata, context.asset_key, keys)
         columns = (context.definition_metadata or {}).get(INDEX_COLUMNS)
         if columns:  # once per run, after every partition's own file is written
             update_index(self.index_path(context.asset_key), frames, columns, paths)
