@@ -182,3 +182,28 @@ def test_the_writer_settings_read_back_what_pandas_defaults_wrote(tmp_path: Path
     _same(pd.read_parquet(tmp_path / "ours.parquet"), pd.read_parquet(
         tmp_path / "default.parquet"))
     assert os.path.getsize(tmp_path / "ours.parquet") > 0
+
+
+def test_a_converted_table_without_mutable_values_is_converted_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Object columns of strings and None (not plain: pandas 3 reads them back as objects)
+    are converted from Arrow at the first use and then shared; nested values never are."""
+    from eval_pipeline.defs.pipeline import table_cache as cache_module
+
+    conversions: list[int] = []
+    original = cache_module.frame_from_arrow
+    monkeypatch.setattr(cache_module, "frame_from_arrow",
+                        lambda table: conversions.append(1) or original(table))
+    cache = TableCache()
+    scalars, nested = tmp_path / "scalars.parquet", tmp_path / "nested.parquet"
+    _put(cache, scalars, pd.DataFrame({"error": pd.Series([None, "boom"], dtype=object),
+                                       "n": [1, 2]}))
+    _put(cache, nested, _nested())
+    for _ in range(3):
+        served = cache.get(str(scalars), file_stamp(str(scalars)))
+        _same(served, pd.read_parquet(scalars))
+        served.loc[1, "error"] = "changed"  # the next consumer does not see it
+    assert len(conversions) == 1
+    for _ in range(3):
+        _same(cache.get(str(nested), file_stamp(str(nested))), pd.read_parquet(nested))
+    assert len(conversions) == 4

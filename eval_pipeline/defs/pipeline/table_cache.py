@@ -10,8 +10,10 @@ What is served is exactly what reading the file would give (the tests compare ev
 of a run): a table whose columns all have plain dtypes (strings, numbers, booleans, no
 Python objects) is served as a shallow copy of the frame (pandas' copy-on-write keeps a
 consumer's changes off the cached frame); one with object columns (nested steps, mixed
-values) is converted again from the Arrow table that was written, by the same function
-``pd.read_parquet`` uses, so every consumer gets its own objects, as from a file.
+values) is converted from the Arrow table that was written, by the same function
+``pd.read_parquet`` uses; that conversion is kept and shared like a plain frame when it holds
+no mutable values (lists, dicts, arrays), and repeated for every consumer when it does (the
+nested steps), so each gets its own objects, as from a file.
 
 Bounded and scoped: at most ``budget`` bytes (Arrow size), least recently used first out;
 emptied when a new run starts in the process; keyed by the file's path and checked against
@@ -92,13 +94,28 @@ def is_plain(frame: pd.DataFrame) -> bool:
             and all(_plain_dtype(dtype) for dtype in frame.dtypes))
 
 
+_IMMUTABLE = (str, bytes, int, float, bool, np.generic)
+
+
+def holds_no_mutable_values(frame: pd.DataFrame) -> bool:
+    """No object column holds a value a consumer could change in place (a list, a dict, an
+    array): every consumer may then share the frame's values, through a shallow copy."""
+    return all(value is None or isinstance(value, _IMMUTABLE)
+               for column, dtype in frame.dtypes.items() if dtype == np.dtype(object)
+               for value in frame[column].tolist())
+
+
 @dataclass
 class _Entry:
     stamp: FileStamp
     table: pa.Table
     frame: pd.DataFrame | None
-    """Set when the frame is plain (see :func:`is_plain`): served as a shallow copy."""
+    """What a read gives, when it can be shared (no mutable values): served as a shallow
+    copy. Set at once for a plain frame (see :func:`is_plain`), else at the first use if
+    the frame converted from Arrow holds no mutable values."""
     nbytes: int
+    shareable: bool | None = None
+    """None: not looked at yet; False: converted from Arrow for every consumer."""
 
 
 class TableCache:
@@ -137,7 +154,8 @@ class TableCache:
             # A copy of its own: the writer's frame may change later (copy-on-write then
             # copies the writer's side, not this one).
             plain = frame.copy(deep=False) if frame is not None and is_plain(frame) else None
-            self._entries[path] = _Entry(stamp, table, plain, nbytes)
+            self._entries[path] = _Entry(stamp, table, plain, nbytes,
+                                         shareable=True if plain is not None else None)
             self._bytes += nbytes
             self._evict()
 
@@ -157,9 +175,15 @@ class TableCache:
             self.hits += 1
         names = entry.table.column_names
         chosen = [c for c in columns if c in names] if columns else None
+        if entry.frame is None and entry.shareable is None:
+            frame = frame_from_arrow(entry.table)
+            entry.shareable = holds_no_mutable_values(frame)
+            if not entry.shareable:
+                return frame if chosen is None else frame[chosen]
+            entry.frame = frame
         if entry.frame is not None:
-            frame = entry.frame if chosen is None else entry.frame[chosen]
-            return frame.copy(deep=False)
+            shared = entry.frame if chosen is None else entry.frame[chosen]
+            return shared.copy(deep=False)
         return frame_from_arrow(entry.table if chosen is None else entry.table.select(chosen))
 
     def __len__(self) -> int:
