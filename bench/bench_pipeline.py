@@ -24,8 +24,9 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,r
   run size and not the drop.
 - ``repair``: tag repair of one record whose every ``<result>`` is left unclosed, at 5k,
   10k and 20k tool calls, against the previous (quadratic) implementation kept in the tests.
-- ``report`` (#12.5): evaluation_report's input with 50, 200 and 450 batches, read one
-  Parquet per batch against the summaries' index, and build_report on it.
+- ``report`` (#12.5): evaluation_report with 50, 200 and 450 batches (10 trajectories each),
+  before (every batch's row recomputed from the index of every trajectory's columns) and now
+  (cached rows, the ALL row from compact figures), CPU time; and indexing one batch.
 - ``dagster``: the CLI's Dagster path end to end, so orchestration cost per batch shows.
 - ``orchestration`` (#12.4): the CLI (a fresh process and DAGSTER_HOME, one run for all
   batches) on the inputs (``--orch-input``, default the whole corpora) against the sum of the
@@ -444,13 +445,22 @@ def orchestration_section(inputs: Path, codes: list[Path], rounds: int) -> None:
 
 
 def report_index_section(files: list[Path], repeats: int) -> None:
-    """#12.5: what evaluation_report's input costs with N batches: one Parquet read per
-    batch (the IO manager before) against the summaries' index (one file, a stat per
-    batch), both with the report's columns only; then build_report on what was read."""
+    """#12.5: what evaluation_report costs with N batches, before and now.
+
+    Before: the summaries' index held the report's input columns of every trajectory (the
+    whole metadata too); the report read it, split it per batch and recomputed every batch's
+    row and the ALL row (``build_report`` as it was, kept in the tests). Now: the index holds
+    each batch's row and compact figures; the report reads them and computes the ALL row
+    only. Also what a run writing k batches pays to index them into an index of N."""
     from upath import UPath
 
     from eval_pipeline.defs.pipeline.partition_index import read_index, update_index
-    from eval_pipeline.report import REPORT_INPUT_COLUMNS, build_report
+    from eval_pipeline.defs.pipeline.report_index import REPORT_INDEXER, report_from_index
+    from eval_pipeline.defs.pipeline.table_cache import file_stamp
+    from eval_pipeline.report import REPORT_INPUT_COLUMNS
+
+    sys.path.insert(0, str(ROOT))
+    from eval_pipeline_tests.report_reference import reference_build_report
 
     judge = make_judge(JudgeConfig(name="heuristic"))
     path = files[-1]
@@ -460,6 +470,7 @@ def report_index_section(files: list[Path], repeats: int) -> None:
     rows = asyncio.run(run_judge(judge, ingest.clip_tasks(clips, kept)))
     averaged = average_judgments({"heuristic": pd.DataFrame([r.model_dump() for r in rows])})
     summary = summarize_trajectories(kept, clips, averaged, ["heuristic"]).head(10)
+    columns = [c for c in REPORT_INPUT_COLUMNS if c in summary.columns]
     table = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in (50, 200, 450):
@@ -469,27 +480,42 @@ def report_index_section(files: list[Path], repeats: int) -> None:
             paths = {k: UPath(folder / f"{k}.parquet") for k in keys}
             for k in keys:
                 summary.to_parquet(paths[k].path, index=False)
-            index = UPath(folder / "_index" / "trajectory_summaries.parquet")
-            update_index(index, dict.fromkeys(keys, summary), REPORT_INPUT_COLUMNS, paths)
+            stamps = {k: file_stamp(paths[k].path) for k in keys}
+            old_index = folder / "old_index.parquet"
+            pd.concat([summary[columns].assign(_partition=k) for k in keys],
+                      ignore_index=True).to_parquet(old_index, index=False)
+            index = UPath(folder / "_index")
+            view = pd.read_parquet(paths[keys[0]].path, columns=columns)
+            update_index(index, REPORT_INDEXER,
+                         {k: REPORT_INDEXER.derive(view, k) for k in keys}, stamps, paths)
 
-            def files_read(keys: list[str] = keys, paths: dict = paths) -> dict:
-                return {k: pd.read_parquet(paths[k].path, columns=REPORT_INPUT_COLUMNS)
-                        for k in keys}
+            def before(keys: list[str] = keys, old_index: Path = old_index) -> pd.DataFrame:
+                every = pd.read_parquet(old_index)
+                at = every.groupby("_partition", sort=False).indices
+                return reference_build_report({k: every.iloc[at[k]][columns].reset_index(
+                    drop=True) for k in keys})
 
-            def index_read(keys: list[str] = keys, paths: dict = paths,
-                           index: UPath = index) -> dict:
-                return read_index(index, keys, paths, REPORT_INPUT_COLUMNS)[0]
+            def now(keys: list[str] = keys, index: UPath = index,
+                    paths: dict = paths) -> pd.DataFrame:
+                return report_from_index(read_index(index, REPORT_INDEXER, keys, paths))
 
-            loaded = files_read()
-            medians = interleaved({"files": files_read, "index": index_read,
-                                   "report": lambda loaded=loaded: build_report(loaded)},
-                                  repeats)
-            table.append([n, n * len(summary), f"{medians['files']:.3f}",
-                          f"{medians['index']:.3f}",
-                          f"{medians['files'] / medians['index']:.1f} x",
-                          f"{medians['report']:.3f}"])
-    print(tabulate(table, headers=["batches", "trajectories", "per-batch files s", "index s",
-                                   "speed-up", "build_report s"]))
+            def write_one(keys: list[str] = keys, index: UPath = index, paths: dict = paths,
+                          stamps: dict = stamps, view: pd.DataFrame = view) -> None:
+                k = keys[len(keys) // 2]
+                update_index(index, REPORT_INDEXER, {k: REPORT_INDEXER.derive(view, k)},
+                             {k: stamps[k]}, paths)
+
+            assert now().equals(before())
+            medians: dict[str, float] = {}  # CPU seconds
+            interleaved({"before": before, "now": now, "write": write_one}, repeats,
+                        cpu=medians)
+            table.append([n, n * len(summary), f"{medians['before']:.3f}",
+                          f"{medians['now']:.3f}",
+                          f"{medians['before'] / medians['now']:.1f} x",
+                          f"{medians['write']:.3f}"])
+    print(tabulate(table, headers=["batches", "trajectories", "report before (CPU s)",
+                                   "report now (CPU s)", "speed-up",
+                                   "indexing 1 batch now (CPU s)"]))
 
 
 def dagster_section(files: list[Path]) -> None:

@@ -32,7 +32,15 @@ from upath import UPath
 
 from eval_pipeline.atomic import write_atomic
 from eval_pipeline.defs.pipeline.assets.metadata import add_batches_metadata
-from eval_pipeline.defs.pipeline.partition_index import read_index, update_index
+from eval_pipeline.defs.pipeline.partition_index import (
+    PARTITION,
+    IndexedPartitions,
+    PartitionIndexer,
+    read_index,
+    resolve_indexer,
+    table_with_partition,
+    update_index,
+)
 from eval_pipeline.defs.pipeline.table_cache import (
     DEFAULT_BUDGET_MB,
     TABLE_CACHE,
@@ -43,11 +51,14 @@ from eval_pipeline.defs.pipeline.table_cache import (
 )
 from eval_pipeline.store import resolve_store
 
-INDEX_COLUMNS = "index_columns"
-"""Asset metadata: these columns of every partition are kept in one index file
-(:mod:`eval_pipeline.defs.pipeline.partition_index`), updated as partitions are written."""
+INDEXER = "eval_pipeline/indexer"
+"""Asset metadata: ``"module:attribute"`` of the
+:class:`~eval_pipeline.defs.pipeline.partition_index.PartitionIndexer` whose tables of every
+partition the IO manager keeps in the asset's index, updated as partitions are written."""
 FROM_INDEX = "from_index"
-"""Input metadata: read the upstream partitions from its index, not one file each."""
+"""Input metadata: the upstream asset's indexer reference; the input is then the index
+(:class:`~eval_pipeline.defs.pipeline.partition_index.IndexedPartitions`) of the partitions
+loaded, not their tables."""
 
 Frames = dict[str, pd.DataFrame]
 """One DataFrame per batch partition of a run: what partitioned assets return and read."""
@@ -104,6 +115,11 @@ class ParquetUPathIOManager(dg.UPathIOManager):
         self._cache = cache
 
     def dump_to_path(self, context: dg.OutputContext, obj: pd.DataFrame, path: UPath) -> None:
+        self._dump(context, obj, path)
+
+    def _dump(self, context: dg.OutputContext, obj: pd.DataFrame, path: UPath
+              ) -> tuple[pa.Table, FileStamp | None]:
+        """The table written and, on a local store, the file's identity once written."""
         if not isinstance(obj, pd.DataFrame):
             raise TypeError(f"{context.asset_key.to_user_string()} must be a DataFrame, "
                             f"got {type(obj).__name__}")
@@ -111,6 +127,7 @@ class ParquetUPathIOManager(dg.UPathIOManager):
         stamp = write_table(table, path)
         if self._cache is not None and stamp is not None:
             self._cache.put(str(path), stamp, table, obj)
+        return table, stamp
 
     def load_from_path(self, context: dg.InputContext, path: UPath) -> pd.DataFrame:
         """Only the columns the input's ``columns`` metadata names, if it names any (those
@@ -149,45 +166,75 @@ class ParquetUPathIOManager(dg.UPathIOManager):
         frames = by_partition(obj, keys, context.asset_key.to_user_string())
         paths = self._get_paths_for_partitions(context)
         metadata: dict[str, dict[str, Any]] = {}
+        written: dict[str, tuple[pa.Table, FileStamp | None]] = {}
         for key in keys:
             path = paths[key]
-            self.dump_to_path(context, frames[key], path)
+            written[key] = self._dump(context, frames[key], path)
             metadata[key] = {"path": dg.MetadataValue.path(str(path)),
                              **self.get_metadata(context, frames[key])}
         if len(keys) == 1:
             context.add_output_metadata(metadata[keys[0]])
         else:  # output metadata would land on every partition's materialization alike
             add_batches_metadata(context.step_context, metadata, context.asset_key, keys)
-        columns = (context.definition_metadata or {}).get(INDEX_COLUMNS)
-        if columns:  # once per run, after every partition's own file is written
-            update_index(self.index_path(context.asset_key), frames, columns, paths)
+        reference = (context.definition_metadata or {}).get(INDEXER)
+        if reference:  # once per run, after every partition's own file is written
+            indexer = resolve_indexer(str(reference))
+            derived = {}
+            for key, (table, _stamp) in written.items():
+                present = [c for c in indexer.columns if c in table.column_names]
+                # what a reader of those columns gets, as the report read it before
+                derived[key] = indexer.derive(frame_from_arrow(table.select(present)), key)
+            update_index(self.index_dir(context.asset_key), indexer, derived,
+                         {k: stamp for k, (_table, stamp) in written.items()}, paths)
 
-    def index_path(self, key: dg.AssetKey) -> UPath:
-        """``<base>/_index/<asset key path>.parquet``."""
-        return self._base_path.joinpath("_index", *key.path[:-1], f"{key.path[-1]}.parquet")
+    def index_dir(self, key: dg.AssetKey) -> UPath:
+        """``<base>/_index/<asset key path>/``: one Parquet per index table."""
+        return self._base_path.joinpath("_index", *key.path)
 
-    def load_partitions(self, context: dg.InputContext) -> dict[str, Any]:
-        """With ``from_index`` in the input's metadata, the partitions come from the
-        upstream asset's index (one file), and only those it cannot answer for (not
-        indexed, or written since) from their own files (#12.5)."""
-        if not (context.definition_metadata or {}).get(FROM_INDEX):
-            return super().load_partitions(context)
+    def _load_indexed(self, context: dg.InputContext, indexer: PartitionIndexer
+                      ) -> IndexedPartitions:
+        """The upstream partitions' index: what the index answers for, and the tables of
+        the others (not indexed, or written since) derived from their files, which go into
+        the index too, so the next report finds them there (#12.5)."""
         keys = list(context.asset_partition_keys)
         paths = self._get_paths_for_partitions(context)
-        found, stale = read_index(self.index_path(context.asset_key), keys, paths,
-                                  (context.definition_metadata or {}).get("columns"))
-        for key in stale:
-            loaded = self._load_partition_from_path(context, key, paths[key])
-            if loaded is not None:
-                found[key] = loaded
-        return {key: found[key] for key in keys if key in found}
+        index_dir = self.index_dir(context.asset_key)
+        found = read_index(index_dir, indexer, keys, paths)
+        derived: dict[str, Mapping[str, pd.DataFrame]] = {}
+        stamps: dict[str, FileStamp | None] = {}
+        allow_missing = bool((context.definition_metadata or {}).get(
+            "allow_missing_partitions"))
+        for key in found.stale:
+            try:
+                frame, stamps[key] = _read_columns(paths[key], indexer.columns)
+            except FileNotFoundError:
+                if allow_missing:
+                    continue  # a batch whose summaries are gone is left out, as before
+                raise
+            derived[key] = indexer.derive(frame, key)
+        if derived:
+            update_index(index_dir, indexer, derived, stamps, paths)
+        present = [k for k in keys if k in found.answered or k in derived]
+        tables = {}
+        for name in indexer.tables:
+            parts = [table_with_partition(d[name], k) for k, d in derived.items()]
+            if name in found.tables:
+                parts.insert(0, found.tables[name])
+            tables[name] = (pd.concat(parts, ignore_index=True) if len(parts) > 1
+                            else parts[0] if parts else pd.DataFrame({PARTITION: []}))
+        return IndexedPartitions(present, tables, set(present), list(derived))
 
-    def load_input(self, context: dg.InputContext) -> pd.DataFrame | Frames | None:
-        """An input typed ``dict[str, DataFrame]`` always gets a dict keyed by batch.
+    def load_input(self, context: dg.InputContext
+                   ) -> pd.DataFrame | Frames | IndexedPartitions | None:
+        """An input typed ``dict[str, DataFrame]`` always gets a dict keyed by batch; one
+        with ``from_index`` metadata gets the upstream asset's index.
 
         Dagster's loader hands a bare DataFrame when exactly one partition is loaded, which
         loses the batch name; asking for the dict keeps it.
         """
+        reference = (context.definition_metadata or {}).get(FROM_INDEX)
+        if reference and context.has_asset_partitions:
+            return self._load_indexed(context, resolve_indexer(str(reference)))
         loaded = super().load_input(context)
         if not (context.has_asset_partitions
                 and is_dict_type(context.dagster_type.typing_type)):
@@ -197,6 +244,21 @@ class ParquetUPathIOManager(dg.UPathIOManager):
         if isinstance(loaded, pd.DataFrame):
             return {context.asset_partition_keys[0]: loaded}
         return dict(loaded)
+
+
+def _read_columns(path: UPath, columns: Sequence[str]) -> tuple[pd.DataFrame, FileStamp | None]:
+    """``columns`` (those present) of a table, as ``pd.read_parquet`` gives them, and the
+    file's identity as read (local stores)."""
+    local = _local(path)
+    if local is None:
+        return read_parquet(path, columns), None
+    with local.open("rb") as fh:
+        stamp = FileStamp.of(os.fstat(fh.fileno()))
+        present = set(pq.read_schema(fh).names)
+        fh.seek(0)
+        table = pq.read_table(fh, columns=[c for c in columns if c in present],
+                              use_pandas_metadata=True)
+    return frame_from_arrow(table), stamp
 
 
 def read_parquet(path: UPath, columns: Sequence[str] | None = None) -> pd.DataFrame:
