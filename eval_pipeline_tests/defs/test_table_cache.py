@@ -207,3 +207,26 @@ def test_a_converted_table_without_mutable_values_is_converted_once(
     for _ in range(3):
         _same(cache.get(str(nested), file_stamp(str(nested))), pd.read_parquet(nested))
     assert len(conversions) == 4
+
+
+def test_the_arrow_tables_written_are_what_from_pandas_makes(
+        project_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every table a run writes, converted by the IO manager's own conversion, equals
+    pa.Table.from_pandas of it, the pandas metadata included (which decides the types a
+    reader gets back)."""
+    frames: list[pd.DataFrame] = []
+    original = io_module.to_arrow
+    monkeypatch.setattr(io_module, "to_arrow",
+                        lambda frame: frames.append(frame) or original(frame))
+    _run_graph(project_root, tmp_path, cache_mb=256)
+    assert len(frames) == 11 * 3 + 1
+    odd = [
+        pd.DataFrame({"steps": [[{"a": 1}], []], "n": [None, None], "s": ["x", None]}),
+        pd.DataFrame({"steps": [[], [{"a": 2}]], "n": [None, 1.5], "s": [None, None]}),
+        pd.DataFrame({"when": pd.to_datetime(["2026-01-01", None]), "c": pd.Categorical(
+            ["a", "b"])}),
+        pd.DataFrame({1: [1], "x": [True]}),
+    ]
+    for frame in [*frames, *odd, *odd]:  # twice: the second time from the kept schemas
+        expected = pa.Table.from_pandas(frame, preserve_index=False)
+        assert io_module.to_arrow(frame).equals(expected, check_metadata=True)
