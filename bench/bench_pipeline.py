@@ -24,17 +24,19 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,r
   run size and not the drop.
 - ``repair``: tag repair of one record whose every ``<result>`` is left unclosed, at 5k,
   10k and 20k tool calls, against the previous (quadratic) implementation kept in the tests.
-- ``report`` (#12.5): evaluation_report's input with 50, 200 and 450 batches, read one
-  Parquet per batch against the summaries' index, and build_report on it.
+- ``report`` (#12.5): evaluation_report with 50, 200 and 450 batches (10 trajectories each),
+  before (every batch's row recomputed from the index of every trajectory's columns) and now
+  (cached rows, the ALL row from compact figures), CPU time; and indexing one batch.
 - ``dagster``: the CLI's Dagster path end to end, so orchestration cost per batch shows.
-- ``orchestration`` (#12.4): the CLI (a fresh process and DAGSTER_HOME, one run for all
-  batches) on the inputs (``--orch-input``, default the whole corpora) against the sum of the
-  stage functions' own times on the same batches in plain Python (parse, preprocess, clips,
-  routing, heuristic judge, averaging, summaries, report); then ``--orch-rounds`` CLI calls
-  on demo02 with one run per batch into one instance, to show whether the cost per batch
-  grows with the runs already recorded. ``--code DIR`` (repeatable) runs the CLI from other
-  checkouts too (e.g. the main branch, for a before/after in one run); the drop section
-  takes ``--code`` too.
+- ``orchestration`` (#12.4): the CLI's engine (a fresh process and DAGSTER_HOME, runs of
+  up to 16 MB of batch files as the CLI makes them) on the inputs (``--orch-input``, default
+  the whole corpora) against the sum of the stage functions' own times on the same batches
+  in plain Python (parse, preprocess, clips, routing, heuristic judge, averaging, summaries,
+  report), wall and CPU, ``--orch-repeats`` interleaved rounds, medians; the runs' CPU by
+  kind of work (``graph_cpu.py``); then ``--orch-rounds`` CLI calls on demo02 with one run
+  per batch into one instance, to show whether the cost per batch grows with the runs
+  already recorded. ``--code DIR`` (repeatable) runs the CLI from other checkouts too (e.g.
+  the main branch, for a before/after in one run); the drop section takes ``--code`` too.
 """
 
 from __future__ import annotations
@@ -355,9 +357,9 @@ def repair_section(repeats: int) -> None:
                                   "speed-up"]))
 
 
-def stage_seconds(inputs: Path, split_size: int) -> tuple[float, int]:
+def stage_seconds(inputs: Path, split_size: int) -> tuple[float, float, int]:
     """The stage functions' own time over every batch of ``inputs``, as the assets call them
-    (no Dagster, no Parquet), and the number of batches."""
+    (no Dagster, no Parquet): wall and CPU seconds, and the number of batches."""
     from eval_pipeline.ingest import ReadOptions
     from eval_pipeline.local_run import collect_inputs, split_inputs
     from eval_pipeline.report import build_report
@@ -369,11 +371,11 @@ def stage_seconds(inputs: Path, split_size: int) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as tmp:
         manifests, _ = split_inputs(collect_inputs(inputs), Path(tmp), split_size,
                                     ReadOptions())
-        total = 0.0
+        wall = cpu = 0.0
         summaries = {}
         for key in (m.partition_key for m in manifests):
             path, m = find_batch(Path(tmp), key)
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             raw, _q = ingest.read_batch(path, m, m.partition_key)
             kept, _r, _s = ingest.preprocess_batch(raw, PreprocessConfig(), registry)
             clips = ingest.clips_table(kept)
@@ -383,10 +385,12 @@ def stage_seconds(inputs: Path, split_size: int) -> tuple[float, int]:
             averaged = average_judgments({"heuristic": judged})
             summaries[m.partition_key] = summarize_trajectories(kept, clips, averaged,
                                                                 ["heuristic"], routing)
-            total += time.perf_counter() - start
-        start = time.perf_counter()
+            wall += time.perf_counter() - start
+            cpu += time.process_time() - start_cpu
+        start, start_cpu = time.perf_counter(), time.process_time()
         build_report(summaries)
-        return total + time.perf_counter() - start, len(manifests)
+        return (wall + time.perf_counter() - start, cpu + time.process_time() - start_cpu,
+                len(manifests))
 
 
 def cli_run(code: Path, inputs: Path, home: Path, out: Path, *extra: str) -> float:
@@ -410,19 +414,62 @@ def runs_seconds(home: Path) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def orchestration_section(inputs: Path, codes: list[Path], rounds: int) -> None:
-    stages, batches = stage_seconds(inputs, 10)
-    rows = []
+def graph_cpu_run(code: Path, inputs: Path, home: Path, out: Path) -> dict[str, float]:
+    """One CLI run (its engine, ``run_pipeline``) from ``code`` in a fresh process and
+    DAGSTER_HOME, with the CPU seconds by kind of work (``graph_cpu.py``), and the graph's
+    wall time from the instance."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("graph_cpu.py")),
+                           str(inputs), str(home), str(out)], env=env, check=True,
+                          capture_output=True, text=True)
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures["runs"] = runs_seconds(home)
+    return {k: v for k, v in figures.items() if isinstance(v, int | float)}
+
+
+def orchestration_section(inputs: Path, codes: list[Path], rounds: int,
+                          repeats: int = 3) -> None:
+    """The graph against the stage functions, ``repeats`` times, the checkouts and the stage
+    measurement interleaved in each round (a shared machine's load hits all alike); medians.
+    Wall: the runs' start-to-end times over the stage functions' wall time. CPU: the CPU
+    spent inside the runs over the stage functions' CPU (what the wall ratio is on an idle
+    machine, as the graph runs in one thread)."""
+    stage_walls, stage_cpus = [], []
+    results: dict[str, list[dict[str, float]]] = {str(c): [] for c in codes}
+    loads = []
+    batches = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for i, code in enumerate(codes):
-            wall = cli_run(code, inputs, Path(tmp) / f"h{i}", Path(tmp) / f"o{i}")
-            graph = runs_seconds(Path(tmp) / f"h{i}")
-            rows.append([str(code), f"{wall:.1f}", f"{graph:.1f}", f"{stages:.1f}",
-                         f"{wall / stages:.2f}", f"{graph / stages:.2f}"])
-    print(f"{inputs}: {batches} batches of 10, heuristic judge, one run for all batches; "
-          f"load average {os.getloadavg()[0]:.1f} at the end")
-    print(tabulate(rows, headers=["CLI from", "CLI wall s", "runs s", "stage functions s",
-                                  "CLI wall / stages", "runs / stages"]))
+        for r in range(repeats):
+            wall, cpu, batches = stage_seconds(inputs, 10)
+            stage_walls.append(wall)
+            stage_cpus.append(cpu)
+            for i, code in enumerate(codes):
+                results[str(code)].append(graph_cpu_run(
+                    code, inputs, Path(tmp) / f"h{r}_{i}", Path(tmp) / f"o{r}_{i}"))
+                shutil.rmtree(Path(tmp) / f"h{r}_{i}", ignore_errors=True)
+                loads.append(os.getloadavg()[0])
+    stage_wall, stage_cpu = statistics.median(stage_walls), statistics.median(stage_cpus)
+
+    def median(code: Path, key: str) -> float:
+        return statistics.median(f.get(key, 0.0) for f in results[str(code)])
+
+    print(f"{inputs}: {batches} batches of 10, heuristic judge, one run per 16 MB of batch "
+          f"files (as the CLI does); medians of {repeats} interleaved rounds; load average "
+          f"{min(loads):.1f} to {max(loads):.1f}")
+    print(f"stage functions: {stage_wall:.1f} s wall, {stage_cpu:.1f} s CPU")
+    print(tabulate([[str(c), f"{median(c, 'cli_wall'):.1f}", f"{median(c, 'runs'):.1f}",
+                     f"{median(c, 'graph'):.1f}",
+                     f"{median(c, 'runs') / stage_wall:.2f}",
+                     f"{median(c, 'graph') / stage_cpu:.2f}"] for c in codes],
+                   headers=["CLI from", "CLI wall s", "runs wall s", "runs CPU s",
+                            "runs / stages (wall)", "runs / stages (CPU)"]))
+    kinds = ["stages", "writes", "loads", "events", "metadata"]
+    print("\nCPU seconds inside the runs by kind of work (graph_cpu.py; 'stages': the stage "
+          "functions the assets call, the agreement tables too; 'rest': Dagster's step "
+          "machinery and the assets' glue)")
+    print(tabulate([[str(c), *(f"{median(c, k):.1f}" for k in kinds),
+                     f"{median(c, 'graph') - sum(median(c, k) for k in kinds):.1f}"]
+                    for c in codes], headers=["CLI from", *kinds, "rest"]))
     demo = CORPORA / "dataeva" / "demo02.jsonl"
     if not demo.exists() or rounds < 1:
         return
@@ -444,13 +491,22 @@ def orchestration_section(inputs: Path, codes: list[Path], rounds: int) -> None:
 
 
 def report_index_section(files: list[Path], repeats: int) -> None:
-    """#12.5: what evaluation_report's input costs with N batches: one Parquet read per
-    batch (the IO manager before) against the summaries' index (one file, a stat per
-    batch), both with the report's columns only; then build_report on what was read."""
+    """#12.5: what evaluation_report costs with N batches, before and now.
+
+    Before: the summaries' index held the report's input columns of every trajectory (the
+    whole metadata too); the report read it, split it per batch and recomputed every batch's
+    row and the ALL row (``build_report`` as it was, kept in the tests). Now: the index holds
+    each batch's row and compact figures; the report reads them and computes the ALL row
+    only. Also what a run writing k batches pays to index them into an index of N."""
     from upath import UPath
 
     from eval_pipeline.defs.pipeline.partition_index import read_index, update_index
-    from eval_pipeline.report import REPORT_INPUT_COLUMNS, build_report
+    from eval_pipeline.defs.pipeline.report_index import REPORT_INDEXER, report_from_index
+    from eval_pipeline.defs.pipeline.table_cache import file_stamp
+    from eval_pipeline.report import REPORT_INPUT_COLUMNS
+
+    sys.path.insert(0, str(ROOT))
+    from eval_pipeline_tests.report_reference import reference_build_report
 
     judge = make_judge(JudgeConfig(name="heuristic"))
     path = files[-1]
@@ -460,6 +516,7 @@ def report_index_section(files: list[Path], repeats: int) -> None:
     rows = asyncio.run(run_judge(judge, ingest.clip_tasks(clips, kept)))
     averaged = average_judgments({"heuristic": pd.DataFrame([r.model_dump() for r in rows])})
     summary = summarize_trajectories(kept, clips, averaged, ["heuristic"]).head(10)
+    columns = [c for c in REPORT_INPUT_COLUMNS if c in summary.columns]
     table = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in (50, 200, 450):
@@ -469,27 +526,42 @@ def report_index_section(files: list[Path], repeats: int) -> None:
             paths = {k: UPath(folder / f"{k}.parquet") for k in keys}
             for k in keys:
                 summary.to_parquet(paths[k].path, index=False)
-            index = UPath(folder / "_index" / "trajectory_summaries.parquet")
-            update_index(index, dict.fromkeys(keys, summary), REPORT_INPUT_COLUMNS, paths)
+            stamps = {k: file_stamp(paths[k].path) for k in keys}
+            old_index = folder / "old_index.parquet"
+            pd.concat([summary[columns].assign(_partition=k) for k in keys],
+                      ignore_index=True).to_parquet(old_index, index=False)
+            index = UPath(folder / "_index")
+            view = pd.read_parquet(paths[keys[0]].path, columns=columns)
+            update_index(index, REPORT_INDEXER,
+                         {k: REPORT_INDEXER.derive(view, k) for k in keys}, stamps, paths)
 
-            def files_read(keys: list[str] = keys, paths: dict = paths) -> dict:
-                return {k: pd.read_parquet(paths[k].path, columns=REPORT_INPUT_COLUMNS)
-                        for k in keys}
+            def before(keys: list[str] = keys, old_index: Path = old_index) -> pd.DataFrame:
+                every = pd.read_parquet(old_index)
+                at = every.groupby("_partition", sort=False).indices
+                return reference_build_report({k: every.iloc[at[k]][columns].reset_index(
+                    drop=True) for k in keys})
 
-            def index_read(keys: list[str] = keys, paths: dict = paths,
-                           index: UPath = index) -> dict:
-                return read_index(index, keys, paths, REPORT_INPUT_COLUMNS)[0]
+            def now(keys: list[str] = keys, index: UPath = index,
+                    paths: dict = paths) -> pd.DataFrame:
+                return report_from_index(read_index(index, REPORT_INDEXER, keys, paths))
 
-            loaded = files_read()
-            medians = interleaved({"files": files_read, "index": index_read,
-                                   "report": lambda loaded=loaded: build_report(loaded)},
-                                  repeats)
-            table.append([n, n * len(summary), f"{medians['files']:.3f}",
-                          f"{medians['index']:.3f}",
-                          f"{medians['files'] / medians['index']:.1f} x",
-                          f"{medians['report']:.3f}"])
-    print(tabulate(table, headers=["batches", "trajectories", "per-batch files s", "index s",
-                                   "speed-up", "build_report s"]))
+            def write_one(keys: list[str] = keys, index: UPath = index, paths: dict = paths,
+                          stamps: dict = stamps, view: pd.DataFrame = view) -> None:
+                k = keys[len(keys) // 2]
+                update_index(index, REPORT_INDEXER, {k: REPORT_INDEXER.derive(view, k)},
+                             {k: stamps[k]}, paths)
+
+            assert now().equals(before())
+            medians: dict[str, float] = {}  # CPU seconds
+            interleaved({"before": before, "now": now, "write": write_one}, repeats,
+                        cpu=medians)
+            table.append([n, n * len(summary), f"{medians['before']:.3f}",
+                          f"{medians['now']:.3f}",
+                          f"{medians['before'] / medians['now']:.1f} x",
+                          f"{medians['write']:.3f}"])
+    print(tabulate(table, headers=["batches", "trajectories", "report before (CPU s)",
+                                   "report now (CPU s)", "speed-up",
+                                   "indexing 1 batch now (CPU s)"]))
 
 
 def dagster_section(files: list[Path]) -> None:
@@ -555,6 +627,7 @@ def main() -> None:
     parser.add_argument("--orch-input", type=Path, default=CORPORA)
     parser.add_argument("--cli-memory-mb", type=float, nargs="+", default=[10, 50, 150])
     parser.add_argument("--orch-rounds", type=int, default=4)
+    parser.add_argument("--orch-repeats", type=int, default=3)
     parser.add_argument("--code", type=Path, action="append",
                         help="a checkout to run the CLI from, or (stages) whose scoring "
                         "to time beside this one's (repeatable; default this one)")
@@ -583,7 +656,8 @@ def main() -> None:
         repair_section(args.repeats)
     if "orchestration" in sections:
         print()
-        orchestration_section(args.orch_input, args.code or [ROOT], args.orch_rounds)
+        orchestration_section(args.orch_input, args.code or [ROOT], args.orch_rounds,
+                              args.orch_repeats)
     if "report" in sections:
         print()
         report_index_section(files, args.repeats)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -100,12 +101,29 @@ _EARLIER_INSTANCE_YAMLS = (
 _EARLIER_TEMPLATE_SHA256 = frozenset({
     # the commented template before the event log storage (#12.4)
     "051b4da90158783efd7fa490b9702fcd47610a29f1f586194fc5285a3f8e0a7e",
+    # the event log storage without its folder (it used $DAGSTER_HOME, #12.4c)
+    "486fb98a484cea21bfe98a36e842015ffaaf8a0d9b94bf5d246a3e873fec09e9",
 })
+_EVENT_LOG_CLASS = "  class: FastSqliteEventLogStorage\n"
+_EVENT_LOG_FOLDER = re.compile(re.escape(_EVENT_LOG_CLASS) + r"  config:\n    base_dir: .*\n")
 
 
-def _written_by_earlier_cli(text: str) -> bool:
-    return (text in _EARLIER_INSTANCE_YAMLS
-            or hashlib.sha256(text.encode("utf-8")).hexdigest() in _EARLIER_TEMPLATE_SHA256)
+def instance_yaml(home: Path) -> str:
+    """The template with the event log's folder written in, absolute: the storage finds
+    the instance's history through it wherever the instance is opened from (another
+    DAGSTER_HOME, ``DagsterInstance.from_config``), not through ``$DAGSTER_HOME``."""
+    folder = json.dumps(str(home.resolve() / "history" / "runs"))  # a YAML quoted string
+    return INSTANCE_TEMPLATE.read_text("utf-8").replace(
+        _EVENT_LOG_CLASS, f"{_EVENT_LOG_CLASS}  config:\n    base_dir: {folder}\n", 1)
+
+
+def _written_by_cli(text: str) -> bool:
+    """A file this or an earlier CLI wrote (for any folder), not one a user edited."""
+    plain = _EVENT_LOG_FOLDER.sub(_EVENT_LOG_CLASS, text, count=1)
+    digest = hashlib.sha256(plain.encode("utf-8")).hexdigest()
+    current = hashlib.sha256(INSTANCE_TEMPLATE.read_bytes()).hexdigest()
+    return (plain in _EARLIER_INSTANCE_YAMLS
+            or digest in _EARLIER_TEMPLATE_SHA256 or digest == current)
 
 
 def hide_beta_warnings() -> None:
@@ -120,8 +138,10 @@ def ensure_dagster_home() -> Path:
     home = Path(os.environ.get("DAGSTER_HOME") or default_dagster_home()).resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    if not config.exists() or _written_by_earlier_cli(config.read_text("utf-8")):
-        config.write_text(INSTANCE_TEMPLATE.read_text("utf-8"), "utf-8")
+    wanted = instance_yaml(home)
+    if not config.exists() or (config.read_text("utf-8") != wanted
+                               and _written_by_cli(config.read_text("utf-8"))):
+        config.write_text(wanted, "utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     return home
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
 import pandas as pd
 
 from eval_pipeline.agreement import auc, outcome_of, step_label_positive
-from eval_pipeline.scoring.assessments import pooled_assessments
-from eval_pipeline.scoring.react_breakdown import pooled_breakdown
+from eval_pipeline.scoring.assessments import CATEGORY_KEY, FINAL_KEY, pooled_assessments
+from eval_pipeline.scoring.react_breakdown import COMBINED_KEY, TOOL_USAGE_KEY, pooled_breakdown
 
 REPORT_MEAN_KEY = "mean_overall_score"
 REPORT_COLUMNS = [
@@ -126,14 +127,130 @@ def _row(batch: str, df: pd.DataFrame, metas: Sequence[Mapping[str, Any]]) -> di
     }
 
 
+FIGURE_COLUMNS = [c for c in REPORT_INPUT_COLUMNS if c != "evaluation_metadata"]
+"""The summary columns the ``ALL`` row reads besides the metadata (kept per trajectory)."""
+COMPACT_METADATA = "report_metadata"
+"""Column of a batch's figures: the part of each trajectory's ``evaluation_metadata`` the
+report reads (:func:`compact_metadata`), as JSON."""
+_REACT_READ: dict[str, tuple[str, ...]] = {
+    "thought_to_tool": ("accuracy", "scored"), "query_to_thought": ("accuracy", "scored"),
+    "sequence_optimality": ("score",), COMBINED_KEY: ("correct", "scored")}
+"""Of each ReAct block, the keys :func:`_react_accuracies` and :func:`pooled_breakdown` read
+(and of the tool usage, each tool's ``calls``, ``scored`` and ``correct``)."""
+_USAGE_READ = ("calls", "scored", "correct")
+_ASSESSMENT_KEYS = ("overall_average", "average_scores")
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """A batch's report row, and what the ``ALL`` row needs of each of its trajectories.
+
+    The ``ALL`` row's means and sums depend on every trajectory's figures in order (float
+    sums are not associative), so they cannot be pooled from the batch rows; ``figures``
+    holds them compactly: the summary columns the row reads, and of the metadata only what
+    the row reads (a third of its size on the corpora), so a report over many batches
+    recomputes no batch row and decodes less (#12.5)."""
+
+    row: dict[str, Any]
+    figures: pd.DataFrame
+
+
+def _only(block: object, keys: Sequence[str]) -> object:
+    """``block``'s ``keys`` (those present), or ``block`` itself when it is no mapping."""
+    if not isinstance(block, Mapping):
+        return block
+    return {k: block[k] for k in keys if k in block}
+
+
+def _react(react: object) -> object:
+    if not isinstance(react, Mapping):
+        return react
+    out: dict[str, Any] = {k: _only(react[k], read) for k, read in _REACT_READ.items()
+                           if k in react}
+    if TOOL_USAGE_KEY in react:
+        usage = react[TOOL_USAGE_KEY]
+        out[TOOL_USAGE_KEY] = ({tool: _only(entry, _USAGE_READ) for tool, entry in usage.items()}
+                               if isinstance(usage, Mapping) else usage)
+    return out
+
+
+def compact_metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of a trajectory's decoded ``evaluation_metadata`` that :func:`_row` reads,
+    directly and through :func:`pooled_breakdown` and :func:`pooled_assessments`: every
+    report figure computed from it is the one computed from the whole (the tests compare
+    them on the corpora)."""
+    out: dict[str, Any] = {}
+    if "tool_averages" in meta:
+        out["tool_averages"] = {tool: {"overall_average": avg["overall_average"]}
+                                for tool, avg in meta["tool_averages"].items()}
+    if "react_evaluations" in meta:
+        out["react_evaluations"] = _react(meta["react_evaluations"])
+    if FINAL_KEY in meta:
+        out[FINAL_KEY] = _only(meta[FINAL_KEY], _ASSESSMENT_KEYS)
+    if CATEGORY_KEY in meta:
+        categories = meta[CATEGORY_KEY]
+        out[CATEGORY_KEY] = ({c: _only(b, _ASSESSMENT_KEYS) for c, b in categories.items()}
+                             if isinstance(categories, Mapping) else categories)
+    return out
+
+
+def batch_report(batch: str, summaries: pd.DataFrame) -> BatchReport | None:
+    """One batch's report row and figures (None for a batch with no trajectory, which the
+    report leaves out). ``summaries``: at least the :data:`REPORT_INPUT_COLUMNS` present."""
+    if summaries is None or not len(summaries):
+        return None
+    metas = [json.loads(m) for m in summaries["evaluation_metadata"]]
+    figures = summaries[[c for c in FIGURE_COLUMNS if c in summaries.columns]].reset_index(
+        drop=True)
+    figures[COMPACT_METADATA] = [json.dumps(compact_metadata(m), separators=(",", ":"))
+                                 for m in metas]
+    return BatchReport(_row(batch, summaries, metas), figures)
+
+
+def report_from_batches(rows: Mapping[str, Mapping[str, Any]],
+                        figures: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """The report from each batch's row and the batches' figures in load order (the order
+    ``build_report`` concatenates its tables in): the rows sorted by batch, then ``ALL``
+    over every trajectory's figures."""
+    report = [dict(rows[batch]) for batch in sorted(rows)]
+    if rows:
+        every = pd.concat(list(figures), ignore_index=True)
+        # One decode for all trajectories' compact metadata (one per text cost a third more).
+        metas = json.loads("[" + ",".join(every[COMPACT_METADATA].tolist()) + "]")
+        report.append(_row("ALL", every, metas))
+    return pd.DataFrame(report, columns=REPORT_COLUMNS)
+
+
 def build_report(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    frames = {k: v for k, v in summaries.items() if v is not None and len(v)}
-    metas = {k: [json.loads(m) for m in v["evaluation_metadata"]] for k, v in frames.items()}
-    rows = [_row(str(k), v, metas[k]) for k, v in sorted(frames.items())]
-    if frames:
-        rows.append(_row("ALL", pd.concat(list(frames.values()), ignore_index=True),
-                         [m for k in frames for m in metas[k]]))
-    return pd.DataFrame(rows, columns=REPORT_COLUMNS)
+    """One row per batch with trajectories, sorted, and the ``ALL`` row over them all in
+    the order given."""
+    parts = {str(k): part for k, v in summaries.items()
+             if (part := batch_report(str(k), v)) is not None}
+    return report_from_batches({k: p.row for k, p in parts.items()},
+                               [p.figures for p in parts.values()])
+
+
+def batch_row(batch: str, summaries: pd.DataFrame) -> dict[str, Any] | None:
+    """One batch's report row alone (a batch's own figures in its metadata)."""
+    if summaries is None or not len(summaries):
+        return None
+    return _row(batch, summaries, [json.loads(m) for m in summaries["evaluation_metadata"]])
+
+
+def row_to_json(row: Mapping[str, Any]) -> str:
+    """A report row as JSON that reads back to equal values (floats by their shortest
+    repr, None as null, NaN as NaN), for the index of batch rows."""
+    return json.dumps(row, default=_plain_number)
+
+
+def row_from_json(text: str) -> dict[str, Any]:
+    return dict(json.loads(text))
+
+
+def _plain_number(value: object) -> object:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"not JSON serializable in a report row: {type(value).__name__}")
 
 
 def report_markdown(report: pd.DataFrame, last_mean: float | None) -> str:

@@ -34,6 +34,24 @@ def isolated_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return store
 
 
+@pytest.fixture(autouse=True)
+def isolated_dagster_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own DAGSTER_HOME, and whatever a test sets it to is undone.
+
+    The CLI sets ``os.environ["DAGSTER_HOME"]`` for its process (``ensure_dagster_home``:
+    the judge cache, the store record and the instance all hang off it), so in one pytest
+    process a test that ran the CLI left its home behind for the next test, and one that
+    ran it without setting DAGSTER_HOME wrote into the project's ``.dagster_home``.
+    ``monkeypatch`` restores the value at teardown whoever changed it. The same goes for
+    ``DAGSTER_EVENT_BATCH_SIZE``, which the CLI's event log storage sets for its process.
+    """
+    home = tmp_path / "isolated_dagster_home"
+    home.mkdir()  # Dagster's own commands refuse a DAGSTER_HOME that does not exist
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
+    return home
+
+
 @pytest.fixture(scope="session")
 def project_root() -> Path:
     return PROJECT_ROOT

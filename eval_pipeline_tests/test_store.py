@@ -129,11 +129,15 @@ def test_forget_unregisters_batches(dagster_home, capsys):
 
 def test_the_shipped_instance_template_is_what_a_new_home_gets_and_is_valid(
         dagster_home, tmp_path):
-    from eval_pipeline.local_run import INSTANCE_TEMPLATE, ensure_dagster_home
+    from eval_pipeline.local_run import INSTANCE_TEMPLATE, ensure_dagster_home, instance_yaml
 
     assert ensure_dagster_home() == dagster_home
     written = (dagster_home / "dagster.yaml").read_text("utf-8")
-    assert written == INSTANCE_TEMPLATE.read_text("utf-8")
+    assert written == instance_yaml(dagster_home)
+    # The template plus the event log's folder, absolute (#12.4c).
+    folder = dagster_home.resolve() / "history" / "runs"
+    assert written.replace(f'  config:\n    base_dir: "{folder}"\n', "") == (
+        INSTANCE_TEMPLATE.read_text("utf-8"))
     # Its commented settings are valid Dagster instance config once a user enables them
     # (Postgres aside: it needs dagster-postgres).
     lines = written.splitlines()
@@ -155,3 +159,19 @@ def test_the_shipped_instance_template_is_what_a_new_home_gets_and_is_valid(
     (dagster_home / "dagster.yaml").write_text(enabled, "utf-8")
     ensure_dagster_home()
     assert (dagster_home / "dagster.yaml").read_text("utf-8") == enabled
+
+
+@pytest.mark.parametrize("turn", [1, 2])
+def test_the_home_the_cli_sets_does_not_leak_into_the_next_test(
+        turn: int, tmp_path: Path, isolated_dagster_home: Path) -> None:
+    """``ensure_dagster_home`` sets ``os.environ["DAGSTER_HOME"]`` for the process, as the
+    CLI must; the test suite's fixture gives every test its own home back (the second turn
+    fails if the first one's home leaked)."""
+    import os
+
+    from eval_pipeline.local_run import ensure_dagster_home
+
+    assert os.environ["DAGSTER_HOME"] == str(isolated_dagster_home)
+    os.environ["DAGSTER_HOME"] = str(tmp_path / f"cli_home_{turn}")  # not monkeypatched
+    assert ensure_dagster_home() == (tmp_path / f"cli_home_{turn}").resolve()
+    assert os.environ["DAGSTER_HOME"] == str((tmp_path / f"cli_home_{turn}").resolve())

@@ -65,3 +65,30 @@ def test_metadata_for_a_batch_outside_the_run_is_refused():
         metadata_module.add_batch_metadata(Step(), {}, None, "y", ["x"])  # type: ignore[arg-type]
     with pytest.raises(dg.DagsterInvariantViolationError, match="does not materialize"):
         metadata_module.add_batch_metadata(Step(), {}, "b", "x", ["x"])  # type: ignore[arg-type]
+
+
+def test_many_batches_metadata_in_one_update_is_what_one_call_per_batch_records():
+    """add_batches_metadata merges every batch's entries at once (Dagster's call rebuilt the
+    whole map per batch, quadratic in a run's batches); the map is the same, later values
+    for a key winning as with Dagster's merge."""
+    from dagster._core.execution.context.metadata_logging import OutputMetadataAccumulator
+
+    @dg.asset(partitions_def=dg.StaticPartitionsDefinition(["x", "y", "z"]))
+    def a() -> None: ...
+
+    class Step:
+        assets_def = a
+        _metadata_accumulator = OutputMetadataAccumulator.empty()
+
+    first = {"x": {"n": 1, "m": "a"}, "y": {"n": 2}}
+    second = {"x": {"n": 3}, "z": {"k": True}}
+    step = Step()
+    metadata_module.add_batches_metadata(step, first, None, ["x", "y", "z"])  # type: ignore[arg-type]
+    metadata_module.add_batches_metadata(step, second, None, ["x", "y", "z"])  # type: ignore[arg-type]
+    expected = OutputMetadataAccumulator.empty()
+    for batches in (first, second):
+        for batch, values in batches.items():
+            expected = expected.with_additional_asset_metadata(dg.AssetKey("a"), batch, values)
+    assert step._metadata_accumulator == expected
+    assert step._metadata_accumulator.get_asset_metadata(dg.AssetKey("a"), "x") == {
+        "n": 3, "m": "a"}

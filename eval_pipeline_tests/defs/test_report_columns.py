@@ -1,8 +1,10 @@
-"""#12.5: the report reads only the summary columns it is built from, with the same content.
+"""#12.5: the report reads only what it is built from, with the same content.
 
-``evaluation_report`` loads every batch's trajectory_summaries with ``columns`` metadata, so
-the responses with embedded evaluations (nearly all of the bytes) are never read for it.
-The report must be the one built from the full tables.
+``evaluation_report`` reads the summaries' index (each batch's report row and compact
+figures, kept as the batches are written), so neither the responses with embedded
+evaluations (nearly all of the bytes) nor the batches' tables are read for it. The report
+must be the one built from the full tables, bit for bit (the reference is the report as
+built before the index held rows).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import pytest
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.local_run import run_pipeline
 from eval_pipeline.report import REPORT_INPUT_COLUMNS, build_report
+from eval_pipeline_tests.report_reference import reference_build_report
+from eval_pipeline_tests.stage_digests import digest_table
 
 
 @pytest.mark.slow
@@ -41,17 +45,24 @@ def test_report_from_the_summary_columns_equals_the_report_from_full_tables(
     full = {p.stem: pd.read_parquet(p)
             for p in sorted((store / "assets" / "trajectory_summaries").glob("*.parquet"))}
     assert set(full) == set(result.batches)
-    expected = build_report(full)
+    expected = reference_build_report(full)
     assert expected["outcome_labelled"].iloc[-1] > 0 and expected["step_labelled"].iloc[-1] > 0
     assert expected["routing_checked"].iloc[-1] > 0
-    # The domain function on the projected tables ...
+
+    def identical(got: pd.DataFrame) -> None:
+        pd.testing.assert_frame_equal(got, expected, check_exact=True)
+        assert digest_table(got) == digest_table(expected)
+
+    # The domain function on the whole and on the projected tables ...
+    identical(build_report(full))
     projected = {b: t[[c for c in REPORT_INPUT_COLUMNS if c in t.columns]]
                  for b, t in full.items()}
-    pd.testing.assert_frame_equal(build_report(projected), expected)
-    # ... and the asset, which loads only those columns from the summaries' index (#12.5).
-    assert (store / "assets" / "_index" / "trajectory_summaries.parquet").is_file()
-    stored = pd.read_parquet(store / "assets" / "evaluation_report.parquet")
-    pd.testing.assert_frame_equal(stored, expected)
+    identical(build_report(projected))
+    # ... and the asset, which reads the summaries' index (#12.5).
+    index = store / "assets" / "_index" / "trajectory_summaries"
+    assert (index / "report_rows.parquet").is_file()
+    assert (index / "report_figures.parquet").is_file()
+    identical(pd.read_parquet(store / "assets" / "evaluation_report.parquet"))
     with dg.DagsterInstance.get() as instance:
         event = instance.get_latest_materialization_event(dg.AssetKey("evaluation_report"))
     assert event is not None and event.asset_materialization is not None

@@ -49,6 +49,7 @@ from eval_pipeline.defs.pipeline.resources import (
     phoenix_resource_from_env,
 )
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
+from eval_pipeline.defs.pipeline.table_cache import DEFAULT_BUDGET_MB
 from eval_pipeline.judges.config import JudgeConfig, load_judges
 
 JUDGES_FILE_ENV = "EVAL_PIPELINE_JUDGES"
@@ -76,6 +77,7 @@ def build_definitions(
     routing_suites: RoutingSuiteSettings | None = None,
     phoenix: PhoenixResource | None = None,
     executor: dg.ExecutorDefinition | None = None,
+    table_cache_mb: int = DEFAULT_BUDGET_MB,
 ) -> dg.Definitions:
     """``check_judges``: each LLM judge resource checks its endpoint when set up (see
     ``LLMJudgeResource.check_endpoint``). ``model_under_test``: the judges-file entry the
@@ -83,7 +85,8 @@ def build_definitions(
     ``phoenix``: a Phoenix server to read traces from (``phoenix_sensor``) and write the
     evaluations back to (``phoenix_annotations``). ``executor``: how launched runs execute
     their steps (see :mod:`eval_pipeline.defs.pipeline.executor`); in-process runs ignore
-    it."""
+    it. ``table_cache_mb``: how much of a run's tables the IO manager keeps in memory for the
+    run's later steps (0: none; see :mod:`eval_pipeline.defs.pipeline.table_cache`)."""
     return dg.Definitions(
         executor=executor,
         assets=build_assets(judges) + phoenix_assets(judges, phoenix),
@@ -93,7 +96,7 @@ def build_definitions(
                  *build_batch_results_sensors(judges)],
         schedules=[build_routing_suite_schedule(model_under_test is not None)],
         resources={
-            "io_manager": ParquetIOManager(base_path=assets_dir),
+            "io_manager": ParquetIOManager(base_path=assets_dir, cache_mb=table_cache_mb),
             "pipeline": pipeline or PipelineSettings(),
             **judge_resources(judges, check_endpoint=check_judges),
             **routing_suite_resources(model_under_test, routing_suites),

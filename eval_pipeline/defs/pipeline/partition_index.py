@@ -1,121 +1,204 @@
-"""An index of a partitioned table: a few columns of every partition in one small Parquet.
+"""An index of a partitioned table: small tables derived from every partition, in one place.
 
-``evaluation_report`` needs a handful of columns of every batch's trajectory_summaries.
-Opening every batch's file made its cost grow with all batches (452 files on the corpora).
-The IO manager keeps, per indexed asset, one Parquet holding those columns of every
-partition, updated when partitions are written (one read and one write per run, whatever
-the number of batches in it); the report reads that one file (#12.5).
+``evaluation_report`` needs each batch's report row and, for the ``ALL`` row, a few figures
+of every trajectory. Opening every batch's summaries made its cost grow with all batches
+(452 files on the corpora), and recomputing every batch's row from them made it grow with
+all trajectories. The IO manager keeps, per indexed asset, the tables an *indexer* derives
+from each partition (for the summaries: the batch's report row, and its compact
+per-trajectory figures), written when the partitions are written (one read and one write of
+each index table per run, whatever the number of batches in it); the report reads those
+(#12.5).
 
-Each row carries its partition and the size and modification time of the partition's own
-file when the row was written. A reader on a local store checks them (a ``stat`` per file,
-no read) and reads a partition from its own file when the index is behind it (a crash
-between the two writes, a file written by other code): the index can be stale, never wrong.
-Object stores (s3://, gs://) skip that check, as a ``stat`` there is a request per file.
+Each index row carries its partition and the identity (size, modification time, inode) of
+the partition's own file it was derived from. An update under the index's lock keeps only
+entries whose file is still that one, and a reader on a local store checks them (a ``stat``
+per file, no read) and derives a partition from its own file when the index cannot answer
+for it (not indexed, written by other code, rewritten since): the index can be stale, never
+wrong. Object stores (s3://, gs://) skip the check, as a ``stat`` there is a request per
+file.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+import importlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from filelock import FileLock
 from upath import UPath
 
 from eval_pipeline.atomic import write_atomic
+from eval_pipeline.defs.pipeline.table_cache import FileStamp, file_stamp
 
 PARTITION = "_partition"
 FILE_SIZE = "_file_size"
 FILE_MTIME = "_file_mtime_ns"
-_BOOKKEEPING = (PARTITION, FILE_SIZE, FILE_MTIME)
+FILE_INODE = "_file_inode"
+_BOOKKEEPING = (PARTITION, FILE_SIZE, FILE_MTIME, FILE_INODE)
+
+
+@dataclass(frozen=True)
+class PartitionIndexer:
+    """What an asset's index holds: ``derive(frame, partition)`` gives the index tables of
+    one partition (by name) from its table as a reader of ``columns`` gets it."""
+
+    columns: tuple[str, ...]
+    derive: Callable[[pd.DataFrame, str], Mapping[str, pd.DataFrame]]
+    marker: str
+    """The table with exactly one row per indexed partition (written last: a partition is
+    indexed once its marker row is there)."""
+    others: tuple[str, ...] = ()
+    """Tables with any number of rows per partition (none for an empty one)."""
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return (*self.others, self.marker)
+
+
+@cache
+def resolve_indexer(reference: str) -> PartitionIndexer:
+    """``"module:attribute"`` (the asset metadata names its indexer so), imported once."""
+    module, _, name = reference.partition(":")
+    indexer = getattr(importlib.import_module(module), name)
+    if not isinstance(indexer, PartitionIndexer):
+        raise TypeError(f"{reference} is not a PartitionIndexer")
+    return indexer
+
+
+@dataclass(frozen=True)
+class IndexedPartitions:
+    """What a read of the index gives for the partitions asked for."""
+
+    keys: list[str]
+    """The partitions asked for, in that order."""
+    tables: dict[str, pd.DataFrame]
+    """Each index table's rows of the partitions it answers for (``PARTITION`` tells whose;
+    the files' identities left out)."""
+    answered: set[str]
+    stale: list[str]
+    """The partitions to derive from their own files (not indexed, or changed since), in
+    the order asked."""
 
 
 def _local(path: UPath) -> Path | None:
     return Path(path.path) if path.protocol in ("", "file") else None
 
 
-def file_stamp(path: UPath) -> tuple[int, int] | None:
-    """(size, mtime in ns) of a local file; None on an object store or when it is gone."""
+def _stamp(path: UPath) -> FileStamp | None:
     local = _local(path)
-    if local is None:
-        return None
-    try:
-        stat = local.stat()
-    except OSError:
-        return None
-    return stat.st_size, stat.st_mtime_ns
+    return file_stamp(str(local)) if local is not None else None
+
+
+def table_path(index_dir: UPath, name: str) -> UPath:
+    return index_dir.joinpath(f"{name}.parquet")
 
 
 @contextlib.contextmanager
-def _locked(index: UPath) -> Iterator[None]:
+def _locked(index_dir: UPath) -> Iterator[None]:
     """Runs that write the same index one after the other (local stores only)."""
-    local = _local(index)
+    local = _local(index_dir)
     if local is None:
         yield
         return
-    local.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(local.with_name(f".{local.name}.lock"))):
+    local.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(local / ".lock")):
         yield
 
 
-def _read(index: UPath) -> pd.DataFrame | None:
+def _read(path: UPath) -> pd.DataFrame | None:
     try:
-        with index.open("rb") as fh:
+        with path.open("rb") as fh:
             return pd.read_parquet(fh)
     except (FileNotFoundError, OSError, ValueError):
         return None
 
 
-def update_index(index: UPath, frames: Mapping[str, pd.DataFrame], columns: Sequence[str],
-                 files: Mapping[str, UPath]) -> None:
-    """Replace the rows of ``frames``' partitions with their ``columns`` (those present)."""
-    parts = []
-    for key, frame in frames.items():
-        part = frame[[c for c in columns if c in frame.columns]].copy()
-        stamp = file_stamp(files[key]) if key in files else None
-        part.insert(0, PARTITION, key)
-        part[FILE_SIZE] = stamp[0] if stamp else -1
-        part[FILE_MTIME] = stamp[1] if stamp else -1
-        parts.append(part)
-    with _locked(index):
-        old = _read(index)
-        if old is not None:
-            parts.insert(0, old[~old[PARTITION].isin(list(frames))])
-        table = pd.concat([p for p in parts if len(p)] or parts[:1], ignore_index=True)
-        local = _local(index)
-        if local is not None:
-            write_atomic(local, lambda fh: table.to_parquet(fh, index=False), sync=False)
-        else:
-            index.parent.mkdir(parents=True, exist_ok=True)
-            with index.open("wb") as fh:
-                table.to_parquet(fh, index=False)
+def _write(path: UPath, table: pd.DataFrame) -> None:
+    local = _local(path)
+    if local is not None:
+        write_atomic(local, lambda fh: table.to_parquet(fh, index=False), sync=False)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as fh:
+        table.to_parquet(fh, index=False)
 
 
-def read_index(index: UPath, keys: Sequence[str], files: Mapping[str, UPath],
-               columns: Sequence[str] | None = None
-               ) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    """The indexed partitions among ``keys`` (only ``columns``, if given) and the keys the
-    index cannot answer for (not in it, or their file changed since): read those from
-    their files."""
-    table = _read(index)
-    if table is None:
-        return {}, list(keys)
-    wanted = [c for c in (columns or table.columns) if c in table.columns
-              and c not in _BOOKKEEPING]
-    found: dict[str, pd.DataFrame] = {}
-    rows = dict(iter(table.groupby(PARTITION, sort=False).indices.items()))
+def table_with_partition(frame: pd.DataFrame, partition: str) -> pd.DataFrame:
+    """``frame`` with the ``PARTITION`` column first, as index tables hold it."""
+    part = frame.reset_index(drop=True)
+    part.insert(0, PARTITION, partition)
+    return part
+
+
+def _with_stamp(frame: pd.DataFrame, partition: str, stamp: FileStamp | None) -> pd.DataFrame:
+    part = table_with_partition(frame, partition)
+    part[FILE_SIZE] = stamp.size if stamp else -1
+    part[FILE_MTIME] = stamp.mtime_ns if stamp else -1
+    part[FILE_INODE] = stamp.inode if stamp else -1
+    return part
+
+
+def update_index(index_dir: UPath, indexer: PartitionIndexer,
+                 derived: Mapping[str, Mapping[str, pd.DataFrame]],
+                 stamps: Mapping[str, FileStamp | None], files: Mapping[str, UPath]) -> None:
+    """Replace the index rows of ``derived``'s partitions (partition -> table name -> rows),
+    each derived from its file as it was at ``stamps[partition]``.
+
+    Under the index's lock, a partition whose file is no longer that one (another run
+    rewrote it since) keeps no entry: its own writer indexes it, or a reader derives it.
+    The marker table is written last, so a crash in between leaves the partition stale."""
+    with _locked(index_dir):
+        current = {p: stamp for p, stamp in stamps.items()
+                   if p in files and (_local(files[p]) is None or _stamp(files[p]) == stamp)}
+        for name in indexer.tables:
+            path = table_path(index_dir, name)
+            parts = [_with_stamp(tables[name], p, current[p])
+                     for p, tables in derived.items() if p in current and name in tables]
+            old = _read(path)
+            if old is not None:
+                parts.insert(0, old[~old[PARTITION].isin(list(derived))])
+            kept = [p for p in parts if len(p)] or parts[:1]
+            if not kept:
+                continue
+            _write(path, pd.concat(kept, ignore_index=True))
+
+
+def _stamps(table: pd.DataFrame) -> dict[str, FileStamp]:
+    firsts = table.drop_duplicates(PARTITION)
+    return {str(p): FileStamp(int(s), int(m), int(i)) for p, s, m, i in zip(
+        firsts[PARTITION], firsts[FILE_SIZE], firsts[FILE_MTIME], firsts[FILE_INODE],
+        strict=True)}
+
+
+def read_index(index_dir: UPath, indexer: PartitionIndexer, keys: Sequence[str],
+               files: Mapping[str, UPath]) -> IndexedPartitions:
+    """The index tables for the partitions ``keys``: the rows of those it can answer for
+    (a marker row derived from the file as it is now, and no other table's rows derived
+    from another version), and the others, to derive from their files."""
+    tables = {name: _read(table_path(index_dir, name)) for name in indexer.tables}
+    loaded = {name: t for name, t in tables.items() if t is not None}
+    if len(loaded) != len(tables):
+        return IndexedPartitions(list(keys), {}, set(), list(keys))
+    marked = _stamps(loaded[indexer.marker])
+    others = [_stamps(loaded[name]) for name in indexer.others]
+    answered: set[str] = set()
     stale: list[str] = []
     for key in keys:
-        at = rows.get(key)
-        if at is None:
-            stale.append(key)
+        recorded = marked.get(key)
+        if recorded is None or any(o.get(key, recorded) != recorded for o in others):
+            stale.append(key)  # not indexed, or its tables derived from different files
             continue
-        part = table.iloc[at]
         file = files.get(key)
-        if file is not None and _local(file) is not None and file_stamp(file) != (
-                int(part[FILE_SIZE].iloc[0]), int(part[FILE_MTIME].iloc[0])):
+        if file is not None and _local(file) is not None and _stamp(file) != recorded:
             stale.append(key)  # changed or gone: its own file says which
             continue
-        found[key] = part[wanted].reset_index(drop=True)
-    return found, stale
+        answered.add(key)
+    stamp_columns = [FILE_SIZE, FILE_MTIME, FILE_INODE]
+    rows = {name: table[table[PARTITION].isin(answered).to_numpy(dtype=np.bool_)].drop(
+        columns=stamp_columns).reset_index(drop=True) for name, table in loaded.items()}
+    return IndexedPartitions(list(keys), rows, answered, stale)

@@ -20,6 +20,9 @@ from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.versions import source_version
 
 AGREEMENT_GROUP = "summaries"
+OUTCOME_COLUMNS = ["trajectory_id", "task_id", "final_label", "reward", "success"]
+"""The columns of the preprocessed trajectories ``build_agreement`` reads (``outcome_of``'s
+three labels and the ids)."""
 
 
 def build_agreement_assets(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition:
@@ -33,7 +36,10 @@ def build_agreement_assets(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinitio
         name="judge_agreement_assets",
         ins={**ins,
              "clips": dg.AssetIn(dagster_type=dict[str, pd.DataFrame]),
-             "preprocessed_trajectories": dg.AssetIn(dagster_type=dict[str, pd.DataFrame])},
+             # Only the outcome labels and ids the comparison with humans reads (not the
+             # nested steps, converted for every batch for nothing, #12.4).
+             "preprocessed_trajectories": dg.AssetIn(dagster_type=dict[str, pd.DataFrame],
+                                                     metadata={"columns": OUTCOME_COLUMNS})},
         outs={
             "judge_agreement": dg.AssetOut(
                 description="Per batch: Krippendorff's alpha, Fleiss' kappa and spread "

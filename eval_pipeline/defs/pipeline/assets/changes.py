@@ -169,8 +169,9 @@ def change_metadata(instance: dg.DagsterInstance, key: dg.AssetKey, partition: s
             else "_first materialization_"),
     }
     old = _previous_table(previous, [*keys, score])
-    delta = compare_scores(row_scores(old, keys, score) if old is not None else None,
-                           row_scores(table, keys, score))
+    if old is None:  # nothing to compare with: the new scores need not be keyed (#12.4)
+        return out
+    delta = compare_scores(row_scores(old, keys, score), row_scores(table, keys, score))
     if delta is None:
         return out
     out.update({

@@ -9,6 +9,7 @@ import pandas as pd
 from eval_pipeline import contracts, ingest
 from eval_pipeline.defs.pipeline.assets.changes import prefetch
 from eval_pipeline.defs.pipeline.assets.metadata import counts, per_batch_output, preview
+from eval_pipeline.defs.pipeline.batch_files import locate_batches
 from eval_pipeline.defs.pipeline.io_manager import Frames
 from eval_pipeline.defs.pipeline.partitions import (
     batches_backfill_policy,
@@ -19,7 +20,7 @@ from eval_pipeline.defs.pipeline.settings import PipelineSettings
 from eval_pipeline.exports.common import with_span_ids
 from eval_pipeline.preprocess import PreprocessStats
 from eval_pipeline.score_changes import combined_hash, content_hash
-from eval_pipeline.splitting import MissingBatchError, find_batch
+from eval_pipeline.splitting import MissingBatchError
 from eval_pipeline.versions import source_version
 
 INGEST_GROUP = "ingest"
@@ -98,11 +99,12 @@ def raw_trajectories(
     duplicated: dict[str, object] = {}
     hashes: dict[str, str] = {}
     records_read = duplicates = 0
+    try:  # one listing of the batch folders for the run, not one per batch (#12.4)
+        located = locate_batches(pipeline.batches_path, context.partition_keys)
+    except MissingBatchError as exc:  # a state to name, not a stack trace to read
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
     for batch in context.partition_keys:
-        try:
-            path, manifest = find_batch(pipeline.batches_path, batch)
-        except MissingBatchError as exc:  # a state to name, not a stack trace to read
-            raise dg.Failure(description=str(exc), allow_retries=False) from None
+        path, manifest = located[batch]
         raw, quarantined = ingest.read_batch(path, manifest, batch, pipeline.read_options())
         hashes[batch] = content_hash(path)
         raws[batch], quarantines[batch] = raw, quarantined

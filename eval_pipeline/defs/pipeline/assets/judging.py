@@ -50,6 +50,8 @@ JUDGING_GROUP = "judging"
 AVERAGED_KEY = dg.AssetKey("averaged_scores")
 JUDGE_POOL = "judge_api"
 JUDGMENT_COLUMNS = list(JudgmentRow.model_fields)
+TASK_COLUMNS = ["trajectory_id", "task_description", "beta_threshold"]
+"""The columns of the preprocessed trajectories ``ingest.clip_tasks`` reads."""
 _MODULE = {"heuristic": "heuristic", "openai": "openai_judge",
            "openai_compatible": "openai_judge", "anthropic": "anthropic_judge"}
 # Fields that change the answer a judge gives; limits and prices do not. ``evaluations``
@@ -128,6 +130,9 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
     @dg.multi_asset(
         name="judgments",
         outs=outs,
+        # Only what the judge inputs read of the trajectories: their nested steps were
+        # converted for every batch of a run for nothing (#12.4).
+        ins={"preprocessed_trajectories": dg.AssetIn(metadata={"columns": TASK_COLUMNS})},
         partitions_def=batches_partitions_def,
         backfill_policy=batches_backfill_policy,
         group_name=JUDGING_GROUP,

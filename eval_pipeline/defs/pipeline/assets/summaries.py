@@ -14,16 +14,17 @@ from eval_pipeline.defs.pipeline.assets.changes import (
     summary_changes,
 )
 from eval_pipeline.defs.pipeline.assets.metadata import per_batch_output, preview
-from eval_pipeline.defs.pipeline.io_manager import FROM_INDEX, INDEX_COLUMNS
+from eval_pipeline.defs.pipeline.io_manager import FROM_INDEX, INDEXER
+from eval_pipeline.defs.pipeline.partition_index import IndexedPartitions
 from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
+from eval_pipeline.defs.pipeline.report_index import REPORT_INDEXER_REF, report_from_index
 from eval_pipeline.exports.report_document import report_metadata_markdown
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
 from eval_pipeline.report import (
     REACT_ACCURACY_COLUMNS,
-    REPORT_INPUT_COLUMNS,
     REPORT_MEAN_KEY,
-    build_report,
+    batch_row,
     report_markdown,
 )
 from eval_pipeline.scoring import summarize_trajectories
@@ -47,8 +48,8 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         kinds={"pandas", "parquet"},
         code_version=source_version("eval_pipeline.scoring.summaries", "eval_pipeline.report",
                                     "eval_pipeline.scoring.assessments"),
-        # The report's columns of every batch, kept in one index file by the IO manager.
-        metadata={INDEX_COLUMNS: REPORT_INPUT_COLUMNS},
+        # Each batch's report row and figures, kept in an index by the IO manager (#12.5).
+        metadata={INDEXER: REPORT_INDEXER_REF},
     )
     def trajectory_summaries(
         context: dg.AssetExecutionContext,
@@ -68,22 +69,24 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
 
     @dg.asset(
         ins={"trajectory_summaries": dg.AssetIn(
-            metadata={"allow_missing_partitions": True, "columns": REPORT_INPUT_COLUMNS,
-                      FROM_INDEX: True})},
+            metadata={"allow_missing_partitions": True, FROM_INDEX: REPORT_INDEXER_REF})},
         group_name=SUMMARY_GROUP,
         kinds={"pandas", "parquet"},
         code_version=source_version("eval_pipeline.report", "eval_pipeline.scoring.assessments"),
     )
     def evaluation_report(context: dg.AssetExecutionContext,
-                          trajectory_summaries: dict[str, pd.DataFrame]
+                          trajectory_summaries: IndexedPartitions
                           ) -> dg.Output[pd.DataFrame]:
-        """One row per batch and one for all batches, with the change since the last report."""
+        """One row per batch and one for all batches, with the change since the last report.
+
+        Reads the summaries' index (each batch's report row and figures, kept as the
+        batches are written), not the batches' tables."""
         previous = context.instance.get_latest_materialization_event(context.asset_key)
         last_mean = None
         if previous is not None and previous.asset_materialization is not None:
             value = previous.asset_materialization.metadata.get(REPORT_MEAN_KEY)
             last_mean = getattr(value, "value", None)
-        report = build_report(trajectory_summaries)
+        report = report_from_index(trajectory_summaries)
         overall = report[report["batch"] == "ALL"]
         mean = overall["mean_overall_score"].iloc[0] if len(overall) else None
         metadata = {
@@ -110,8 +113,7 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
 def summary_metadata(table: pd.DataFrame, names: list[str]) -> dict[str, object]:
     scored = table["overall_trajectory_score"].dropna()
     # The batch's ReAct accuracies, pooled as in evaluation_report (None: nobody scored).
-    batch = build_report({"batch": table})
-    react = batch.iloc[0] if len(batch) else None
+    react = batch_row("batch", table)
     return {
         "trajectories": len(table),
         "scored": len(scored),

@@ -1,0 +1,209 @@
+"""The tables the IO manager wrote or read during the current run, kept in memory.
+
+Each per-batch asset's consumers read its Parquet back: in a CLI run over the corpora the
+preprocessed trajectories were read four times per batch, and input loads were a tenth of
+the graph's time (#12.4). The IO manager keeps what it wrote (and what it read) in this
+cache, and a consumer in the same process is served from it instead of the file, as long as
+the file is still the one the table came from.
+
+What is served is exactly what reading the file would give (the tests compare every table
+of a run): a table whose columns all have plain dtypes (strings, numbers, booleans, no
+Python objects) is served as a shallow copy of the frame (pandas' copy-on-write keeps a
+consumer's changes off the cached frame); one with object columns (nested steps, mixed
+values) is converted from the Arrow table that was written, by the same function
+``pd.read_parquet`` uses; that conversion is kept and shared like a plain frame when it holds
+no mutable values (lists, dicts, arrays), and repeated for every consumer when it does (the
+nested steps), so each gets its own objects, as from a file.
+
+Bounded and scoped: at most ``budget`` bytes (Arrow size), least recently used first out;
+emptied when a new run starts in the process; keyed by the file's path and checked against
+its identity (size, modification time, inode) before every use, so a file another process
+rewrote is read from disk. Each process has its own (a multiprocess run's steps share
+nothing, and lose nothing but the speed-up).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+# The conversion pd.read_parquet itself applies (pandas 3): private, so the tests compare
+# what it gives with pd.read_parquet on every table of a run.
+from pandas.io._util import arrow_table_to_pandas  # type: ignore[import-not-found]
+
+DEFAULT_BUDGET_MB = 256
+"""The default budget: a CLI run holds at most about 16 MB of batch files (#12.3), whose
+per-batch tables in Arrow form stay within this in one run's hot set (each table is read
+by the next steps of the same run, soon after it is written)."""
+_ATTRS = b"PANDAS_ATTRS"
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What identifies one version of a file: a rewrite (atomic rename) changes the inode,
+    an in-place change the size or modification time."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, stat: os.stat_result) -> FileStamp:
+        return cls(stat.st_size, stat.st_mtime_ns, stat.st_ino)
+
+
+def file_stamp(path: str) -> FileStamp | None:
+    try:
+        return FileStamp.of(os.stat(path))
+    except OSError:
+        return None
+
+
+def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
+    """The DataFrame ``pd.read_parquet`` makes of ``table`` (its conversion and attrs)."""
+    frame = arrow_table_to_pandas(table)
+    metadata = table.schema.metadata or {}
+    if _ATTRS in metadata:
+        frame.attrs = json.loads(metadata[_ATTRS])
+    return frame
+
+
+_STRINGS = pd.StringDtype("pyarrow", na_value=np.nan)
+"""pandas 3's default string dtype, the one ``pd.read_parquet`` gives string columns."""
+
+
+def _plain_dtype(dtype: object) -> bool:
+    return (isinstance(dtype, np.dtype) and dtype.kind in "biuf") or dtype == _STRINGS
+
+
+def is_plain(frame: pd.DataFrame) -> bool:
+    """Only numbers, booleans and pandas' default strings, and the index a read gives: such
+    a frame is what reading its Parquet back gives (dtypes and values), and a shallow copy of
+    it is safe to share (no Python objects a consumer could change in place; copy-on-write
+    covers the columns). Any other column (Python objects, nested lists) is not."""
+    index = frame.index
+    return (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
+            and all(_plain_dtype(dtype) for dtype in frame.dtypes))
+
+
+_IMMUTABLE = (str, bytes, int, float, bool, np.generic)
+
+
+def holds_no_mutable_values(frame: pd.DataFrame) -> bool:
+    """No object column holds a value a consumer could change in place (a list, a dict, an
+    array): every consumer may then share the frame's values, through a shallow copy."""
+    return all(value is None or isinstance(value, _IMMUTABLE)
+               for column, dtype in frame.dtypes.items() if dtype == np.dtype(object)
+               for value in frame[column].tolist())
+
+
+@dataclass
+class _Entry:
+    stamp: FileStamp
+    table: pa.Table
+    frame: pd.DataFrame | None
+    """What a read gives, when it can be shared (no mutable values): served as a shallow
+    copy. Set at once for a plain frame (see :func:`is_plain`), else at the first use if
+    the frame converted from Arrow holds no mutable values."""
+    nbytes: int
+    shareable: bool | None = None
+    """None: not looked at yet; False: converted from Arrow for every consumer."""
+
+
+class TableCache:
+    """Tables by file path, at most ``budget`` bytes; see the module docstring."""
+
+    def __init__(self, budget: int = DEFAULT_BUDGET_MB * 2**20) -> None:
+        self.budget = budget
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._bytes = 0
+        self._run: str | None = None
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def begin_run(self, run_id: str | None, budget: int | None = None) -> None:
+        """A new run in this process empties the cache (what one run wrote is what the
+        same run reads; another run's tables would only hold memory)."""
+        with self._lock:
+            if budget is not None:
+                self.budget = budget
+            if run_id != self._run:
+                self._entries.clear()
+                self._bytes = 0
+                self._run = run_id
+            self._evict()
+
+    def put(self, path: str, stamp: FileStamp, table: pa.Table,
+            frame: pd.DataFrame | None = None) -> None:
+        """Keep ``table`` (the file's content at ``stamp``); ``frame`` is what reading it
+        gives, kept to be served when it is plain."""
+        nbytes = table.nbytes
+        with self._lock:
+            self._drop(path)
+            if nbytes > self.budget:
+                return
+            # A copy of its own: the writer's frame may change later (copy-on-write then
+            # copies the writer's side, not this one).
+            plain = frame.copy(deep=False) if frame is not None and is_plain(frame) else None
+            self._entries[path] = _Entry(stamp, table, plain, nbytes,
+                                         shareable=True if plain is not None else None)
+            self._bytes += nbytes
+            self._evict()
+
+    def get(self, path: str, stamp: FileStamp | None,
+            columns: Sequence[str] | None = None) -> pd.DataFrame | None:
+        """The file's table as ``pd.read_parquet(path, columns=)`` would give it (only the
+        ``columns`` present, in that order), or None when it is not here or the file is no
+        longer the one it came from."""
+        with self._lock:
+            entry = self._entries.get(path)
+            if entry is None or stamp is None or entry.stamp != stamp:
+                if entry is not None:
+                    self._drop(path)
+                self.misses += 1
+                return None
+            self._entries.move_to_end(path)
+            self.hits += 1
+        names = entry.table.column_names
+        chosen = [c for c in columns if c in names] if columns else None
+        if entry.frame is None and entry.shareable is None:
+            frame = frame_from_arrow(entry.table)
+            entry.shareable = holds_no_mutable_values(frame)
+            if not entry.shareable:
+                return frame if chosen is None else frame[chosen]
+            entry.frame = frame
+        if entry.frame is not None:
+            shared = entry.frame if chosen is None else entry.frame[chosen]
+            return shared.copy(deep=False)
+        return frame_from_arrow(entry.table if chosen is None else entry.table.select(chosen))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def _drop(self, path: str) -> None:
+        entry = self._entries.pop(path, None)
+        if entry is not None:
+            self._bytes -= entry.nbytes
+
+    def _evict(self) -> None:
+        while self._bytes > self.budget and self._entries:
+            _path, entry = self._entries.popitem(last=False)
+            self._bytes -= entry.nbytes
+
+
+TABLE_CACHE = TableCache()
+"""The process's cache, shared by every IO manager instance in it (Dagster creates one per
+run, or per step in a multiprocess run)."""
