@@ -390,11 +390,12 @@ def dagster_section(files: list[Path]) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["DAGSTER_HOME"] = str(Path(tmp) / "home")
             start = time.perf_counter()
-            tables = run_pipeline(path, Path(tmp) / "out", [JudgeConfig(name="heuristic")],
-                                  split_size=10, store=Path(tmp) / "store").tables
+            result = run_pipeline(path, Path(tmp) / "out", [JudgeConfig(name="heuristic")],
+                                  split_size=10, store=Path(tmp) / "store")
             elapsed = time.perf_counter() - start
-            batches = tables["raw_trajectories"]["batch"].nunique()
-            records = len(tables["raw_trajectories"]) + len(tables["quarantine"])
+            batches = len(result.batches)
+            rows = result.figures.rows
+            records = rows["raw_trajectories"] + rows["quarantine"]
             rows.append([path.name, records, batches, f"{elapsed:.2f}",
                          f"{elapsed / max(batches, 1):.2f}"])
     print(tabulate(rows, headers=["whole graph via Dagster", "records", "batches", "seconds",

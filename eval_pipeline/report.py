@@ -126,6 +126,15 @@ def _row(batch: str, df: pd.DataFrame, metas: Sequence[Mapping[str, Any]]) -> di
     }
 
 
+def report_row(batch: str, summaries: pd.DataFrame, metas: Sequence[Mapping[str, Any]]
+               ) -> dict[str, Any]:
+    """One row of :func:`build_report`: ``summaries`` (its input columns; the metadata
+    column itself is not read) and their ``evaluation_metadata`` decoded, in the same
+    order. ``metas`` is read several times, so it may be a sequence that decodes on each
+    pass: the CLI's export builds the ALL row of a whole drop that way (#12.3)."""
+    return _row(batch, summaries, metas)
+
+
 def build_report(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     frames = {k: v for k, v in summaries.items() if v is not None and len(v)}
     metas = {k: [json.loads(m) for m in v["evaluation_metadata"]] for k, v in frames.items()}

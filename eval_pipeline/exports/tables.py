@@ -35,7 +35,7 @@ from upath import UPath
 
 from eval_pipeline.atomic import write_atomic
 
-ROW_GROUP_BYTES = 32 * 2**20
+ROW_GROUP_BYTES = 4 * 2**20
 """Batches are gathered up to about this many bytes (Arrow, in memory) per row group of an
 exported file: a batch of ten trajectories is far smaller than a useful row group, and the
 cap keeps what is held while writing independent of the drop."""
@@ -209,15 +209,17 @@ class Parts:
             self._dtypes = {str(name): dtype for name, dtype in joined.dtypes.items()}
         return self._dtypes
 
-    def read(self, part: Part, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    def read(self, part: Part, columns: Sequence[str] | None = None,
+             exact: bool = False) -> pd.DataFrame:
         """One part as a DataFrame (only ``columns``, those it has), with the values the
-        concatenated DataFrame holds for its rows (see :func:`like_concatenated`)."""
+        concatenated DataFrame holds for its rows (see :func:`like_concatenated`);
+        ``exact``: in its dtypes too (:func:`as_concatenated`)."""
         with part.path.open("rb") as fh:
             if columns is None:
                 frame = pd.read_parquet(fh)
             else:
                 frame = pd.read_parquet(fh, columns=[c for c in columns if c in part.schema.names])
-        return like_concatenated(frame, self.dtypes)
+        return (as_concatenated if exact else like_concatenated)(frame, self.dtypes)
 
     def frames(self, columns: Sequence[str] | None = None
                ) -> Iterator[tuple[Part, pd.DataFrame]]:
@@ -225,28 +227,62 @@ class Parts:
         for part in self.parts:
             yield part, self.read(part, columns)
 
-    def write(self, target: Path, sync: bool = True) -> None:
-        """The concatenation as one Parquet at ``target``, written atomically."""
-        write_atomic(target, self._write_to, sync=sync)
+    def write(self, target: Path, sync: bool = True,
+              transform: Callable[[Part, pa.Table], pa.Table] | None = None) -> None:
+        """The concatenation as one Parquet at ``target``, written atomically;
+        ``transform`` changes a part's rows before they are written (same columns)."""
 
-    def _write_to(self, fh: BinaryIO) -> None:
-        schema = self.schema
-        with pq.ParquetWriter(fh, schema) as writer:
-            if not self.nonempty:
-                writer.write_table(schema.empty_table())
-                return
-            held: list[pa.Table] = []
-            size = 0
-            for part in self.nonempty:
-                with part.path.open("rb") as src:
-                    table = cast_to(pq.read_table(src), schema)
-                held.append(table)
-                size += table.nbytes
-                if size >= ROW_GROUP_BYTES:
-                    writer.write_table(pa.concat_tables(held))
-                    held, size = [], 0
-            if held:
-                writer.write_table(pa.concat_tables(held))
+        def write(fh: BinaryIO) -> None:
+            with ConcatWriter(fh, self.schema) as writer:
+                for part in self.nonempty:
+                    with part.path.open("rb") as src:
+                        table = pq.read_table(src)
+                    writer.add(transform(part, table) if transform else table)
+
+        write_atomic(target, write, sync=sync)
+
+
+class ConcatWriter:
+    """A Parquet file written from tables of one run's batches, each cast to ``schema``
+    (a :attr:`Parts.schema`), gathered into row groups of about :data:`ROW_GROUP_BYTES`.
+    A file given no rows holds ``schema``'s empty table."""
+
+    def __init__(self, sink: BinaryIO, schema: pa.Schema) -> None:
+        self.schema = schema
+        self._writer = pq.ParquetWriter(sink, schema)
+        self._held: list[pa.Table] = []
+        self._size = 0
+        self._rows = 0
+
+    def add(self, table: pa.Table) -> None:
+        if not table.num_rows:
+            return
+        table = cast_to(table, self.schema)
+        self._held.append(table)
+        self._size += table.nbytes
+        self._rows += table.num_rows
+        if self._size >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._held:
+            self._writer.write_table(pa.concat_tables(self._held))
+            self._held, self._size = [], 0
+
+    def close(self) -> None:
+        if not self._rows:
+            self._writer.write_table(self.schema.empty_table())
+        self._flush()
+        self._writer.close()
+
+    def __enter__(self) -> ConcatWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            self._writer.close()
 
 
 def like_concatenated(frame: pd.DataFrame, dtypes: Mapping[str, Any]) -> pd.DataFrame:
@@ -256,6 +292,14 @@ def like_concatenated(frame: pd.DataFrame, dtypes: Mapping[str, Any]) -> pd.Data
     cast = {c: dtypes[c] for c in frame.columns
             if c in dtypes and frame[c].dtype.kind in "iu"
             and getattr(dtypes[c], "kind", None) == "f"}
+    return frame.astype(cast) if cast else frame
+
+
+def as_concatenated(frame: pd.DataFrame, dtypes: Mapping[str, Any]) -> pd.DataFrame:
+    """``frame`` (one batch) in the concatenation's dtypes, every column: pieces cast so
+    join into the rows of the concatenation with its dtypes (for small tables kept across
+    batches; :func:`like_concatenated` is enough for values read once)."""
+    cast = {c: dtypes[c] for c in frame.columns if c in dtypes and frame[c].dtype != dtypes[c]}
     return frame.astype(cast) if cast else frame
 
 
@@ -276,8 +320,9 @@ class Spool:
         assert part is not None
         self.parts.append(part)
 
-    def write(self, target: Path, sync: bool = True) -> None:
-        Parts(self.parts).write(target, sync=sync)
+    def write(self, target: Path, sync: bool = True,
+              transform: Callable[[Part, pa.Table], pa.Table] | None = None) -> None:
+        Parts(self.parts).write(target, sync=sync, transform=transform)
 
 
 def value_counts(counts: Mapping[Any, int]) -> list[tuple[Any, int]]:
