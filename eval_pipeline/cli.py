@@ -421,6 +421,26 @@ def preprocess_only(args: argparse.Namespace, preprocess: PreprocessConfig,
     return 0
 
 
+def print_run_summary(figures: RunFigures, batches: int, judges: Sequence[JudgeConfig],
+                      output: Path, per_batch: Sequence[Path] = ()) -> dict[str, str]:
+    """Print the statistics, the summary table, the routing report (also written to
+    ``routing_report.txt``) and what was written; the judges that failed, by name."""
+    from tabulate import tabulate
+
+    print(preprocessing_statistics(figures).render())
+    lines = summary_lines(figures, batches, judges)
+    failures = failed_judges(figures, judges)
+    if failures:
+        lines.insert(0, ("JUDGES FAILED", ", ".join(failures)))
+    print(tabulate(lines, headers=["", "value"], tablefmt="simple"))
+    print_routing_report(figures, output)
+    print(f"\nwrote {output / 'evaluated.jsonl'} and "
+          f"{len(figures.tables)} asset tables to {output}/")
+    if per_batch:
+        print(f"per batch: {len(per_batch)} files <batch>_eva.jsonl in {output}/")
+    return failures
+
+
 def print_pending(pending: Sequence[str], argv: Sequence[str]) -> int:
     """``--no-wait``: what is out at the provider and how to pick it up later."""
     import shlex
@@ -489,20 +509,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PipelineInputError as exc:
         print(f"eval-pipeline: error: {exc}", file=sys.stderr)
         return 1
-    from tabulate import tabulate
-
-    figures = result.figures
-    print(preprocessing_statistics(figures).render())
-    lines = summary_lines(figures, len(result.batches), judges)
-    failures = failed_judges(figures, judges)
-    if failures:
-        lines.insert(0, ("JUDGES FAILED", ", ".join(failures)))
-    print(tabulate(lines, headers=["", "value"], tablefmt="simple"))
-    print_routing_report(figures, args.output)
-    print(f"\nwrote {args.output / 'evaluated.jsonl'} and "
-          f"{len(figures.tables)} asset tables to {args.output}/")
-    if per_batch:
-        print(f"per batch: {len(per_batch)} files <batch>_eva.jsonl in {args.output}/")
+    failures = print_run_summary(result.figures, len(result.batches), judges, args.output,
+                                 per_batch)
     print(f"store (batches, asset Parquet): {result.store.root}")
     if result.store.assets_url:  # $EVAL_PIPELINE_ASSETS
         print(f"asset Parquet under: {result.store.assets_url}")
