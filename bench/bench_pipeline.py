@@ -459,9 +459,11 @@ def _child_export(kind: str, spec: Path) -> None:
     assets, out, keys = job["assets"], Path(job["out"]), job["keys"]
     paths = [tuple(p) for p in job["paths"]]
     if kind == "new":
+        from upath import UPath
+
         from eval_pipeline.exports.run import export_run
 
-        export_run(assets, out, keys, paths)
+        export_run(UPath(assets), out, keys, paths)
         return
     from eval_pipeline_tests.exports import reference_exports as old
 

@@ -341,7 +341,7 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
         raise PipelineInputError(f"evaluation report failed: {error}")
     per_batch = [key.path for key in defs.resolve_asset_graph().get_all_asset_keys()
                  if key != dg.AssetKey("evaluation_report")]
-    exported = export_run(where.assets, output, keys, sorted(per_batch),
+    exported = export_run(UPath(where.assets), output, keys, sorted(per_batch),
                           per_batch_evaluated=batch_folder)
     return PipelineResult(exported.figures, keys, where, per_batch=exported.per_batch)
 

@@ -41,7 +41,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from upath import UPath
 
 from eval_pipeline.atomic import (
     atomic_file,
@@ -78,6 +77,7 @@ from eval_pipeline.exports.tables import (
     Part,
     Parts,
     Spool,
+    StorePath,
     as_concatenated,
     asset_parts,
     like_concatenated,
@@ -111,17 +111,17 @@ class RunExports:
     per_batch: list[Path] = field(default_factory=list)
 
 
-def export_run(assets_dir: str, output: Path, partitions: Sequence[str],
+def export_run(store: StorePath, output: Path, partitions: Sequence[str],
                assets: Sequence[Sequence[str]], per_batch_evaluated: bool = False
                ) -> RunExports:
     """Every export of the run's ``partitions`` of ``assets`` (key paths of per-batch
     assets; the ones with no file among them are not exported) into ``output``, reading
-    the store at ``assets_dir`` (a folder or an fsspec URL) one batch at a time.
+    the store's asset folder ``store`` (a ``Path``, or a ``UPath`` for an fsspec URL) one
+    batch at a time.
     ``per_batch_evaluated``: also ``<batch>_eva.jsonl`` per batch (``--batch-folder``)."""
-    base = UPath(assets_dir)
     tables: dict[str, Parts] = {}
     for path in sorted(tuple(p) for p in assets):
-        parts = asset_parts(base, path, partitions)
+        parts = asset_parts(store, path, partitions)
         if parts:
             tables["__".join(path)] = Parts(parts)
     output.mkdir(parents=True, exist_ok=True)

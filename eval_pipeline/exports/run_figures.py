@@ -11,7 +11,7 @@ same dtype, as over the concatenated column (``value_counts`` orders likewise, s
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,13 +83,23 @@ class RunFigures:
     routing_text: str | None = None
     """The routing report (``routing_report.txt``), when there were routing cases."""
 
+    @classmethod
+    def of_tables(cls, tables: Mapping[str, pd.DataFrame], batches: int = 1) -> RunFigures:
+        """The figures of whole tables (each as one batch)."""
+        figures = cls(batches=batches, tables=list(tables))
+        for name, table in tables.items():
+            figures.rows[name] += len(table)
+            figures.add(name, table)
+        return figures
+
     def add(self, name: str, frame: pd.DataFrame) -> None:
-        """One batch of table ``name`` (at least its :data:`FIGURE_COLUMNS`; its rows are
-        counted in :attr:`rows` by the caller, which reads the batch)."""
+        """One batch of table ``name`` (its :data:`FIGURE_COLUMNS`; its rows are counted in
+        :attr:`rows` by the caller, which reads the batch)."""
         if not len(frame):
             return
         if name == "raw_trajectories":
-            self.formats.update(_present(frame["source_format"]))
+            if "source_format" in frame.columns:
+                self.formats.update(_present(frame["source_format"]))
         elif name in ("quarantine", "preprocess_report"):
             self.reasons.setdefault(name, Counter()).update(_present(frame["reason"]))
         elif name == "preprocessed_trajectories" and "format_corrected" in frame.columns:

@@ -15,7 +15,9 @@ and write that, so its memory grew with the drop. Here a table is a list of :cla
   batches were read apart (``evaluated.jsonl``). The footers say which (the Arrow types,
   the null counts), so no batch is read twice for it.
 
-Pure pyarrow and pandas; the store may be a local folder or any fsspec URL (UPath).
+Pure pyarrow and pandas; the store may be a local folder or any fsspec URL: the caller
+hands in its base as a :class:`StorePath` (a ``Path``, or the ``UPath`` the orchestration
+layer makes of a URL; domain modules do not import upath).
 """
 
 from __future__ import annotations
@@ -26,12 +28,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal, Protocol
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from upath import UPath
 
 from eval_pipeline.atomic import write_atomic
 
@@ -42,19 +43,27 @@ cap keeps what is held while writing independent of the drop."""
 _PANDAS = b"pandas"
 
 
+class StorePath(Protocol):
+    """A file or folder of the store: ``pathlib.Path`` or ``upath.UPath`` (fsspec)."""
+
+    def joinpath(self, *parts: str) -> StorePath: ...
+
+    def open(self, mode: Literal["rb"]) -> BinaryIO: ...
+
+
 @dataclass(frozen=True)
 class Part:
     """One batch of a table: its file, rows, Arrow schema and the columns that hold a null
     (for the integer and boolean columns, whose pandas dtype depends on it)."""
 
     key: str
-    path: UPath
+    path: StorePath
     rows: int
     schema: pa.Schema
     nulls: frozenset[str]
 
 
-def open_part(path: UPath, key: str) -> Part | None:
+def open_part(path: StorePath, key: str) -> Part | None:
     """The footer of ``path``; None when there is no such file."""
     try:
         with path.open("rb") as fh:
@@ -65,7 +74,7 @@ def open_part(path: UPath, key: str) -> Part | None:
     return Part(key, path, meta.num_rows, schema, _columns_with_nulls(path, meta, schema))
 
 
-def _columns_with_nulls(path: UPath, meta: pq.FileMetaData, schema: pa.Schema
+def _columns_with_nulls(path: StorePath, meta: pq.FileMetaData, schema: pa.Schema
                         ) -> frozenset[str]:
     """Integer and boolean columns holding a null, from the row groups' statistics (read
     from the column itself when a writer left them out)."""
@@ -94,7 +103,7 @@ def _columns_with_nulls(path: UPath, meta: pq.FileMetaData, schema: pa.Schema
     return frozenset(found)
 
 
-def asset_parts(base: UPath, asset: Sequence[str], partitions: Sequence[str]) -> list[Part]:
+def asset_parts(base: StorePath, asset: Sequence[str], partitions: Sequence[str]) -> list[Part]:
     """The run's batches of one asset (key path) in the store, in ``partitions`` order;
     batches without a file are left out (as the previous concatenation did)."""
     found = []
@@ -316,7 +325,7 @@ class Spool:
     def add(self, frame: pd.DataFrame) -> None:
         path = self.folder / f"{self.name}.{len(self.parts):06d}.parquet"
         frame.to_parquet(path, index=self.index)
-        part = open_part(UPath(path), str(len(self.parts)))
+        part = open_part(path, str(len(self.parts)))
         assert part is not None
         self.parts.append(part)
 

@@ -62,7 +62,7 @@ def store(project_root: Path, tmp_path_factory: pytest.TempPathFactory
 
 def exports_and_summary(assets: Path, keys: list[str], out: Path, per_batch: bool,
                         capsys: pytest.CaptureFixture[str]) -> str:
-    exported = export_run(str(assets), out, keys, asset_paths(JUDGES),
+    exported = export_run(assets, out, keys, asset_paths(JUDGES),
                           per_batch_evaluated=per_batch)
     capsys.readouterr()
     print_run_summary(exported.figures, len(keys), JUDGES, out, exported.per_batch)
@@ -117,7 +117,7 @@ def test_no_bulky_column_is_concatenated_across_batches(
         return original(pieces, *args, **kwargs)
 
     monkeypatch.setattr(pd, "concat", concat)
-    export_run(str(assets), tmp_path / "out", keys, asset_paths(JUDGES))
+    export_run(assets, tmp_path / "out", keys, asset_paths(JUDGES))
     streamed = list(joined)
     joined.clear()
     # ... the check sees what the previous code did: join every batch of every table.
@@ -133,7 +133,7 @@ def test_a_failed_export_leaves_the_previous_files_and_no_partial_ones(
 ) -> None:
     assets, keys = store
     out = tmp_path / "out"
-    export_run(str(assets), out, keys, asset_paths(JUDGES))
+    export_run(assets, out, keys, asset_paths(JUDGES))
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     calls = []
     original = run_module._Export._batch
@@ -146,7 +146,7 @@ def test_a_failed_export_leaves_the_previous_files_and_no_partial_ones(
 
     monkeypatch.setattr(run_module._Export, "_batch", failing)
     with pytest.raises(RuntimeError, match="killed mid-export"):
-        export_run(str(assets), out, keys[:-1], asset_paths(JUDGES))
+        export_run(assets, out, keys[:-1], asset_paths(JUDGES))
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before
     assert not [name for name in os.listdir(out) if name.startswith(".")]
