@@ -312,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "(flagged in averaged_scores, listed in judge_disagreements)")
     run.add_argument("--batches-per-run", type=_positive, default=None, metavar="N",
                      help="batches per Dagster run (default: all batches in one run, up to "
-                     "about 64 MB of batch files per run; 1 gives one run per batch)")
+                     "about 16 MB of batch files per run; 1 gives one run per batch)")
     run.add_argument("--workers", type=_positive, default=1,
                      help="Dagster runs executed at once, each in its own process (default 1)")
     talk = run.add_mutually_exclusive_group()
