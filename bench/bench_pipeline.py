@@ -18,10 +18,15 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,r
   process per checkout and repeat), e.g. ``--code ../main --code .`` for before and after.
 - ``memory``: peak RSS of splitting generated 50 MB and 500 MB drops and running each batch
   through parse, preprocess and clips, each drop in a fresh process.
-- ``cli-memory`` (#12.3): peak RSS of the whole CLI (``eval-pipeline run``, heuristic judge,
-  a fresh process, DAGSTER_HOME and store) on generated drops of ``--cli-memory-mb`` sizes
-  (default 10, 50 and 150 MB), from ``/usr/bin/time -v``: flat when memory is bounded by the
-  run size and not the drop.
+- ``cli-memory`` (#12.3): peak RSS and CPU seconds of the whole CLI (``eval-pipeline run``,
+  heuristic judge, a fresh process, DAGSTER_HOME and store) on generated drops of
+  ``--cli-memory-mb`` sizes (default 10, 50 and 100 MB), from ``/usr/bin/time -v``: flat
+  when memory is bounded by the run size and not the drop. ``--code DIR`` (repeatable) runs
+  each drop with each checkout in turn (e.g. the main branch, for a before/after).
+- ``exports`` (#12.3): the CLI's exports alone on the store a CLI run made (drops of
+  ``--exports-mb``, default 20 and 60 MB): the previous whole-table code (kept in the
+  tests) against the streamed export, each in a fresh process without Dagster, peak RSS
+  and CPU seconds, medians of interleaved repeats.
 - ``repair``: tag repair of one record whose every ``<result>`` is left unclosed, at 5k,
   10k and 20k tool calls, against the previous (quadratic) implementation kept in the tests.
 - ``report`` (#12.5): evaluation_report with 50, 200 and 450 batches (10 trajectories each),
@@ -572,50 +577,139 @@ def dagster_section(files: list[Path]) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             os.environ["DAGSTER_HOME"] = str(Path(tmp) / "home")
             start = time.perf_counter()
-            tables = run_pipeline(path, Path(tmp) / "out", [JudgeConfig(name="heuristic")],
-                                  split_size=10, store=Path(tmp) / "store").tables
+            result = run_pipeline(path, Path(tmp) / "out", [JudgeConfig(name="heuristic")],
+                                  split_size=10, store=Path(tmp) / "store")
             elapsed = time.perf_counter() - start
-            batches = tables["raw_trajectories"]["batch"].nunique()
-            records = len(tables["raw_trajectories"]) + len(tables["quarantine"])
+            batches = len(result.batches)
+            rows = result.figures.rows
+            records = rows["raw_trajectories"] + rows["quarantine"]
             rows.append([path.name, records, batches, f"{elapsed:.2f}",
                          f"{elapsed / max(batches, 1):.2f}"])
     print(tabulate(rows, headers=["whole graph via Dagster", "records", "batches", "seconds",
                                   "s/batch"]))
 
 
-def cli_memory_section(sizes: list[float]) -> None:
-    """The whole CLI's peak RSS against the drop size (#12.3)."""
+def _peak_and_cpu(stderr: str) -> tuple[float, float]:
+    """Peak RSS (MiB) and CPU seconds (user + system) from ``/usr/bin/time -v``."""
+    fields = {}
+    for line in stderr.splitlines():
+        name, _, value = line.strip().rpartition(": ")
+        fields[name] = value
+    return (int(fields["Maximum resident set size (kbytes)"]) / 1024,
+            float(fields["User time (seconds)"]) + float(fields["System time (seconds)"]))
+
+
+def cli_memory_section(sizes: list[float], codes: list[Path]) -> None:
+    """The whole CLI's peak RSS against the drop size (#12.3); with several ``--code``
+    checkouts, each size's drop is run by each, one after the other."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for megabytes in sizes:
+            drop = Path(tmp) / f"drop{megabytes:g}mb.jsonl"
+            records = write_corpus_drop(drop, megabytes, CORPORA)
+            for i, code in enumerate(codes):
+                home = Path(tmp) / f"home{megabytes:g}_{i}"
+                store = Path(tmp) / f"store{megabytes:g}_{i}"
+                env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(code),
+                       "EVAL_PIPELINE_STORE": str(store)}
+                start = time.perf_counter()
+                done = subprocess.run(
+                    ["/usr/bin/time", "-v", sys.executable, "-m", "eval_pipeline.cli", "run",
+                     str(drop), "--output", str(Path(tmp) / f"out{megabytes:g}_{i}"),
+                     "--quiet"], env=env, cwd=tmp, capture_output=True, text=True,
+                    check=False)
+                seconds = time.perf_counter() - start
+                if done.returncode != 0 or "Maximum resident set size" not in done.stderr:
+                    raise SystemExit(f"CLI on {megabytes} MB exited {done.returncode}:\n"
+                                     f"{done.stderr[-2000:]}")
+                peak, cpu = _peak_and_cpu(done.stderr)
+                rows.append([f"{megabytes:g} MB", records, str(code), f"{seconds:.0f}",
+                             f"{cpu:.0f}", f"{peak:.0f}", f"{os.getloadavg()[0]:.1f}"])
+                print(f"  {rows[-1]}", flush=True)
+                shutil.rmtree(home, ignore_errors=True)
+                shutil.rmtree(store, ignore_errors=True)
+                shutil.rmtree(Path(tmp) / f"out{megabytes:g}_{i}", ignore_errors=True)
+            drop.unlink()
+    print(tabulate(rows, headers=["whole CLI, heuristic judge", "records", "code", "wall s",
+                                  "CPU s", "peak RSS (MiB)", "load"]))
+
+
+def _child_export(kind: str, spec: Path) -> None:
+    """One export of a store in this process (no Dagster imported): ``new`` is the
+    streamed export, ``old`` the previous whole-table code kept in the tests."""
+    job = json.loads(spec.read_text("utf-8"))
+    assets, out, keys = job["assets"], Path(job["out"]), job["keys"]
+    paths = [tuple(p) for p in job["paths"]]
+    if kind == "new":
+        from upath import UPath
+
+        from eval_pipeline.exports.run import export_run
+
+        export_run(UPath(assets), out, keys, paths)
+        return
+    from eval_pipeline_tests.exports import reference_exports as old
+
+    out.mkdir(parents=True, exist_ok=True)
+    tables = old.export_tables(assets, out, keys, sorted(paths))
+    old.write_evaluated(tables.get("trajectory_summaries", pd.DataFrame()),
+                        out / "evaluated.jsonl")
+    old.write_exports(tables, out)
+
+
+def exports_section(sizes: list[float], repeats: int) -> None:
+    """#12.3: the CLI's exports on their own, after a CLI run made the store: the previous
+    whole-table code against the streamed export, each in a fresh process without Dagster
+    (peak RSS and CPU seconds from ``/usr/bin/time -v``; medians of interleaved repeats)."""
+    import dagster as dg
+
+    from eval_pipeline.defs.pipeline.definitions import build_definitions
+    from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION
+
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for megabytes in sizes:
             drop = Path(tmp) / f"drop{megabytes:g}mb.jsonl"
             records = write_corpus_drop(drop, megabytes, CORPORA)
             home = Path(tmp) / f"home{megabytes:g}"
-            env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(ROOT),
-                   "EVAL_PIPELINE_STORE": str(Path(tmp) / f"store{megabytes:g}")}
-            start = time.perf_counter()
-            done = subprocess.run(
-                ["/usr/bin/time", "-v", sys.executable, "-m", "eval_pipeline.cli", "run",
-                 str(drop), "--output", str(Path(tmp) / f"out{megabytes:g}"), "--quiet"],
-                env=env, cwd=tmp, capture_output=True, text=True, check=False)
-            seconds = time.perf_counter() - start
-            peak = [line for line in done.stderr.splitlines()
-                    if "Maximum resident set size" in line]
-            if done.returncode != 0 or not peak:
-                raise SystemExit(f"CLI on {megabytes} MB exited {done.returncode}:\n"
-                                 f"{done.stderr[-2000:]}")
-            rows.append([f"{megabytes:g} MB", records, f"{seconds:.0f}",
-                         f"{int(peak[0].split(':')[1]) / 1024:.0f}"])
-            print(f"  {rows[-1]}", flush=True)
+            cli_run(ROOT, drop, home, Path(tmp) / f"cli{megabytes:g}", "--quiet")
+            os.environ["DAGSTER_HOME"] = str(home)
+            with dg.DagsterInstance.get() as instance:
+                keys = list(instance.get_dynamic_partitions(BATCHES_PARTITION))
+            assets = str(home / "store" / "assets")
+            graph = build_definitions([JudgeConfig(name="heuristic")], assets_dir=assets)
+            paths = sorted(k.path for k in graph.resolve_asset_graph().get_all_asset_keys()
+                           if k != dg.AssetKey("evaluation_report"))
+            figures: dict[str, list[tuple[float, float]]] = {"old": [], "new": []}
+            for r in range(repeats):
+                for kind in ("old", "new"):
+                    spec = Path(tmp) / "spec.json"
+                    spec.write_text(json.dumps({"assets": assets, "keys": keys, "paths": paths,
+                                                "out": str(Path(tmp) / f"{kind}{r}")}))
+                    done = subprocess.run(
+                        ["/usr/bin/time", "-v", sys.executable, str(Path(__file__).resolve()),
+                         "--child-export", kind, str(spec)], capture_output=True, text=True,
+                        env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+                    if done.returncode != 0:
+                        raise SystemExit(f"{kind} export failed:\n{done.stderr[-2000:]}")
+                    figures[kind].append(_peak_and_cpu(done.stderr))
+                    shutil.rmtree(Path(tmp) / f"{kind}{r}", ignore_errors=True)
+            old_rss, old_cpu = (statistics.median(x) for x in zip(*figures["old"], strict=True))
+            new_rss, new_cpu = (statistics.median(x) for x in zip(*figures["new"], strict=True))
+            rows.append([f"{megabytes:g} MB", records, len(keys), f"{old_rss:.0f}",
+                         f"{new_rss:.0f}", f"{old_cpu:.1f}", f"{new_cpu:.1f}"])
+            print(f"  {rows[-1]} (load {os.getloadavg()[0]:.1f})", flush=True)
             shutil.rmtree(home, ignore_errors=True)
             drop.unlink()
-    print(tabulate(rows, headers=["whole CLI, heuristic judge", "records", "seconds",
-                                  "peak RSS (MiB)"]))
+    print(tabulate(rows, headers=["exports only", "records", "batches", "old peak MiB",
+                                  "new peak MiB", "old CPU s", "new CPU s"]))
 
 
 def main() -> None:
     if sys.argv[1:2] == ["--child-split"]:
         _child_split_parse(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
+        return
+    if sys.argv[1:2] == ["--child-export"]:
+        _child_export(sys.argv[2], Path(sys.argv[3]))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="*", type=Path)
@@ -625,7 +719,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=REPEATS,
                         help="interleaved repeats per figure (the drop: at most 3)")
     parser.add_argument("--orch-input", type=Path, default=CORPORA)
-    parser.add_argument("--cli-memory-mb", type=float, nargs="+", default=[10, 50, 150])
+    parser.add_argument("--cli-memory-mb", type=float, nargs="+", default=[10, 50, 100])
+    parser.add_argument("--exports-mb", type=float, nargs="+", default=[20, 60])
     parser.add_argument("--orch-rounds", type=int, default=4)
     parser.add_argument("--orch-repeats", type=int, default=3)
     parser.add_argument("--code", type=Path, action="append",
@@ -650,7 +745,10 @@ def main() -> None:
         memory_section(args.split_size)
     if "cli-memory" in sections:
         print()
-        cli_memory_section(args.cli_memory_mb)
+        cli_memory_section(args.cli_memory_mb, args.code or [ROOT])
+    if "exports" in sections:
+        print()
+        exports_section(args.exports_mb, min(args.repeats, 3))
     if "repair" in sections:
         print()
         repair_section(args.repeats)

@@ -44,14 +44,35 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], object], *, sync: bool 
         raise
 
 
-def replace_folder(target: Path, fill: Callable[[Path], object]) -> None:
-    """``fill(folder)`` into a new hidden folder, then swap it in for ``target``: a reader
-    sees the old folder or the new one (for the instant between two renames, none)."""
+@contextmanager
+def atomic_file(path: Path, *, sync: bool = True) -> Iterator[BinaryIO]:
+    """An open temporary file beside ``path``, renamed over it when the block ends without
+    an error (removed when it raises): :func:`write_atomic` for a file written over a
+    longer stretch of code, e.g. batch by batch."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_beside(path)
+    try:
+        with tmp.open("wb") as fh:
+            yield fh
+            fh.flush()
+            if sync:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def new_folder(target: Path) -> Iterator[Path]:
+    """A new hidden folder to fill, swapped in for ``target`` when the block ends without
+    an error (removed when it raises): a reader sees the old folder or the new one (for
+    the instant between two renames, none)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     new = temporary_beside(target)
     new.mkdir()
     try:
-        fill(new)
+        yield new
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)
         raise
@@ -61,6 +82,13 @@ def replace_folder(target: Path, fill: Callable[[Path], object]) -> None:
     os.replace(new, target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def replace_folder(target: Path, fill: Callable[[Path], object]) -> None:
+    """``fill(folder)`` into a new hidden folder, then swap it in for ``target``: a reader
+    sees the old folder or the new one (for the instant between two renames, none)."""
+    with new_folder(target) as folder:
+        fill(folder)
 
 
 class StoreBusyError(Exception):

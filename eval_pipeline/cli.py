@@ -19,6 +19,8 @@ import pandas as pd
 from pydantic import ValidationError
 
 from eval_pipeline import compare, progress
+from eval_pipeline.exports.run_figures import RunFigures
+from eval_pipeline.exports.tables import value_counts
 from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.judges.config import (
     JudgeConfig,
@@ -35,15 +37,9 @@ from eval_pipeline.local_run import (
     hide_beta_warnings,
     run_pipeline,
     run_preprocess_only,
-    write_batch_evaluated,
 )
 from eval_pipeline.preprocess import PreprocessConfig, PreprocessStats
-from eval_pipeline.routing import (
-    ARGUMENT_MODES,
-    TRAJECTORY_MODES,
-    render_report,
-    results_from_table,
-)
+from eval_pipeline.routing import ARGUMENT_MODES, TRAJECTORY_MODES
 from eval_pipeline.routing_suite import command as routing_suite_command
 from eval_pipeline.tool_registry import load_registry
 
@@ -52,56 +48,44 @@ class CliError(PipelineInputError):
     """A bad argument value found after parsing; printed without a traceback, exit 1."""
 
 
-def summary_lines(tables: dict[str, pd.DataFrame], batches: int,
+def summary_lines(figures: RunFigures, batches: int,
                   judges: Sequence[JudgeConfig]) -> list[tuple[str, object]]:
-    def rows(name: str) -> int:
-        return len(tables.get(name, ()))
-
-    raw, quarantined = rows("raw_trajectories"), rows("quarantine")
-    kept, removed = rows("preprocessed_trajectories"), rows("preprocess_report")
-    summaries = tables.get("trajectory_summaries", pd.DataFrame())
-    scored = summaries["overall_trajectory_score"].dropna() if len(summaries) else pd.Series()
+    """The run's summary table, from the figures its export added up batch by batch."""
+    rows = figures.rows
+    raw, quarantined = rows["raw_trajectories"], rows["quarantine"]
     lines: list[tuple[str, object]] = [
         ("batches", batches),
         ("records read", raw + quarantined),
-        ("kept", kept),
-        ("removed (preprocessing)", removed),
+        ("kept", rows["preprocessed_trajectories"]),
+        ("removed (preprocessing)", rows["preprocess_report"]),
         ("quarantined", quarantined),
-        ("clips", rows("clips")),
+        ("clips", rows["clips"]),
     ]
     for name, label in (("preprocess_report", "removed"), ("quarantine", "quarantined")):
-        table = tables.get(name)
-        if table is not None and len(table):
-            for reason, n in table["reason"].value_counts().items():
-                lines.append((f"  {label}: {reason}", int(n)))
-    raw_table = tables.get("raw_trajectories")
-    if raw_table is not None and len(raw_table):
-        for fmt, n in raw_table["source_format"].value_counts().items():
-            lines.append((f"  format: {fmt}", int(n)))
+        for reason, n in value_counts(figures.reasons.get(name, {})):
+            lines.append((f"  {label}: {reason}", int(n)))
+    for fmt, n in value_counts(figures.formats):
+        lines.append((f"  format: {fmt}", int(n)))
     for judge in judges:
-        table = tables.get(f"judgments__{judge.name}", pd.DataFrame())
-        status = table["status"].value_counts().to_dict() if len(table) else {}
-        detail = ", ".join(f"{k} {v}" for k, v in sorted(status.items())) or "none"
-        cost = float(table["cost_usd"].sum()) if len(table) else 0.0
-        cached = int(table["cached"].sum()) if len(table) else 0
-        tokens = (int(table["tokens_in"].sum()), int(table["tokens_out"].sum())) if len(
-            table) else (0, 0)
+        table = figures.judge(judge.name)
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(table.status.items())) or "none"
         mode = f", {judge.mode} mode" if judge.provider != "heuristic" else ""
         lines.append((f"judgments [{judge.name}]",
-                      f"{len(table)} ({detail}; cached {cached}; tokens {tokens[0]} in "
-                      f"/ {tokens[1]} out; ${cost:.4f}{mode})"))
-    routing = tables.get("routing_checks")
-    if routing is not None and len(routing):
-        lines.append(("routing checks", f"{int(routing['passed'].sum())}/{len(routing)} passed"))
-        if "partial_credit" in routing.columns:
-            lines.append(("  routing partial credit",
-                          f"{float(routing['partial_credit'].mean()):.3f}"))
+                      f"{table.rows} ({detail}; cached {table.cached}; tokens "
+                      f"{table.tokens_in} in / {table.tokens_out} out; ${table.cost:.4f}"
+                      f"{mode})"))
+    if rows["routing_checks"]:
+        lines.append(("routing checks",
+                      f"{figures.routing_passed}/{rows['routing_checks']} passed"))
+        credit = figures.mean_partial_credit
+        if credit is not None:
+            lines.append(("  routing partial credit", f"{credit:.3f}"))
+    scored = figures.mean_score
     lines.append(("mean overall score",
-                  f"{scored.mean():.3f} over {len(scored)} trajectories" if len(scored)
+                  f"{scored[0]:.3f} over {scored[1]} trajectories" if scored
                   else "n/a (nothing scored)"))
-    report = tables.get("evaluation_report")
-    if report is not None and len(report) and (report["batch"] == "ALL").any():
-        overall = report[report["batch"] == "ALL"].iloc[0]
+    overall = figures.report_overall
+    if overall is not None:
         for column, label in (("thought_to_tool_accuracy", "thought-to-tool accuracy"),
                               ("query_to_thought_accuracy", "query-to-thought accuracy"),
                               ("sequence_optimality_accuracy", "sequence optimality"),
@@ -109,64 +93,50 @@ def summary_lines(tables: dict[str, pd.DataFrame], batches: int,
             value = overall.get(column)
             if value is not None and pd.notna(value):
                 lines.append((label, f"{float(value):.3f}"))
-    clips = tables.get("clips")
-    if clips is not None and len(clips):
-        for tool, n in clips["tool_type"].value_counts().items():
-            lines.append((f"  clips: {tool}", int(n)))
+    for tool, n in value_counts(figures.clip_tools):
+        lines.append((f"  clips: {tool}", int(n)))
     return lines
 
 
 ROUTING_REPORT_MAX_CASES = 40
 
 
-def print_routing_report(tables: dict[str, pd.DataFrame], output: Path) -> None:
+def print_routing_report(figures: RunFigures, output: Path) -> None:
     """The eval-suite report (routing evals' format) goes to ``routing_report.txt``; it is
     printed too when it is short enough to read in a terminal."""
-    routing = tables.get("routing_checks")
-    if routing is None or not len(routing):
+    cases = figures.rows["routing_checks"]
+    if not cases or figures.routing_text is None:
         return
-    text = routing_report_text(tables)
+    text = figures.routing_text
     (output / "routing_report.txt").write_text(text + "\n", "utf-8")
-    if len(routing) <= ROUTING_REPORT_MAX_CASES:
+    if cases <= ROUTING_REPORT_MAX_CASES:
         print(f"\n{text}")
     else:
-        print(f"\nrouting report ({len(routing)} cases): {output / 'routing_report.txt'}")
-
-
-def routing_report_text(tables: dict[str, pd.DataFrame]) -> str:
-    """The report from the exported tables (prompts from the trajectories)."""
-    routing = tables["routing_checks"]
-    kept = tables.get("preprocessed_trajectories")
-    prompts = (dict(zip(kept["trajectory_id"], kept["task_description"], strict=True))
-               if kept is not None and len(kept) else {})
-    return render_report(results_from_table(routing, prompts))
+        print(f"\nrouting report ({cases} cases): {output / 'routing_report.txt'}")
 
 
 JUDGMENTS_FAILED = 3
 
 
-def failed_judges(tables: dict[str, pd.DataFrame], judges: Sequence[JudgeConfig]
-                  ) -> dict[str, str]:
+def failed_judges(figures: RunFigures, judges: Sequence[JudgeConfig]) -> dict[str, str]:
     """Judge name -> one line, for each judge that gave nothing usable: every judgment
     failed, or its breaker opened. Its rows are still in the tables; the other judges'
     averages stand."""
     lines: dict[str, str] = {}
     for judge in judges:
-        table = tables.get(f"judgments__{judge.name}", pd.DataFrame())
-        if not len(table):
+        table = figures.judge(judge.name)
+        if not table.rows:
             continue
-        ok = int((table["status"] == "ok").sum())
-        errors = [e for e in table["error"] if isinstance(e, str) and e]
-        breaker = next((e for e in errors if "circuit breaker open" in e), None)
-        if ok and breaker is None:
+        breaker = table.first_breaker
+        if table.ok and breaker is None:
             continue
-        first = breaker or (errors[0] if errors else "no error recorded")
-        lines[judge.name] = (f"judge {judge.name!r} failed: {ok} of {len(table)} judgments "
-                             f"ok; {' '.join(first.split())[:300]}")
+        first = breaker or table.first_error or "no error recorded"
+        lines[judge.name] = (f"judge {judge.name!r} failed: {table.ok} of {table.rows} "
+                             f"judgments ok; {' '.join(first.split())[:300]}")
     return lines
 
 
-def preprocessing_statistics(tables: dict[str, pd.DataFrame]) -> PreprocessStats:
+def preprocessing_statistics(figures: RunFigures) -> PreprocessStats:
     """The original tool's PREPROCESSING STATISTICS figures, from this run's tables.
 
     Total: the records that parsed (the quarantined ones never reached preprocessing, as
@@ -174,19 +144,7 @@ def preprocessing_statistics(tables: dict[str, pd.DataFrame]) -> PreprocessStats
     removed: ``preprocess_report`` by reason; format issues fixed: kept trajectories whose
     tags were repaired (the original repairs only the samples that passed both filters).
     """
-    kept = tables.get("preprocessed_trajectories", pd.DataFrame())
-    removed = tables.get("preprocess_report", pd.DataFrame())
-    raw = tables.get("raw_trajectories")
-    reasons = removed["reason"].value_counts() if len(removed) else pd.Series(dtype=int)
-    fixed = (int(kept["format_corrected"].fillna(False).astype(bool).sum())
-             if len(kept) and "format_corrected" in kept.columns else 0)
-    return PreprocessStats(
-        total=len(raw) if raw is not None else len(kept) + len(removed),
-        valid=len(kept),
-        removed_frequency=int(reasons.get("frequency", 0)),
-        removed_duplicates=int(reasons.get("duplicates", 0)),
-        format_issues_fixed=fixed,
-    )
+    return figures.preprocessing()
 
 
 # The original tool's provider names that are presets here (its "google" is Gemini).
@@ -354,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "(flagged in averaged_scores, listed in judge_disagreements)")
     run.add_argument("--batches-per-run", type=_positive, default=None, metavar="N",
                      help="batches per Dagster run (default: all batches in one run, up to "
-                     "about 64 MB of batch files per run; 1 gives one run per batch)")
+                     "about 16 MB of batch files per run; 1 gives one run per batch)")
     run.add_argument("--workers", type=_positive, default=1,
                      help="Dagster runs executed at once, each in its own process (default 1)")
     talk = run.add_mutually_exclusive_group()
@@ -455,12 +413,32 @@ def preprocess_only(args: argparse.Namespace, preprocess: PreprocessConfig,
         result = run_preprocess_only(args.input, args.output, args.split_size, preprocess,
                                      read, "DEBUG" if args.verbose else "WARNING",
                                      args.store, batch_folder=args.batch_folder)
-    print(preprocessing_statistics(result.tables).render())
-    kept = result.tables.get("preprocessed_trajectories", pd.DataFrame())
-    print(f"\nwrote {len(kept)} preprocessed records to "
+    print(preprocessing_statistics(result.figures).render())
+    kept = result.figures.rows["preprocessed_trajectories"]
+    print(f"\nwrote {kept} preprocessed records to "
           f"{', '.join(str(p) for p in result.written)}")
     print(f"store (batches, asset Parquet): {result.store.root}")
     return 0
+
+
+def print_run_summary(figures: RunFigures, batches: int, judges: Sequence[JudgeConfig],
+                      output: Path, per_batch: Sequence[Path] = ()) -> dict[str, str]:
+    """Print the statistics, the summary table, the routing report (also written to
+    ``routing_report.txt``) and what was written; the judges that failed, by name."""
+    from tabulate import tabulate
+
+    print(preprocessing_statistics(figures).render())
+    lines = summary_lines(figures, batches, judges)
+    failures = failed_judges(figures, judges)
+    if failures:
+        lines.insert(0, ("JUDGES FAILED", ", ".join(failures)))
+    print(tabulate(lines, headers=["", "value"], tablefmt="simple"))
+    print_routing_report(figures, output)
+    print(f"\nwrote {output / 'evaluated.jsonl'} and "
+          f"{len(figures.tables)} asset tables to {output}/")
+    if per_batch:
+        print(f"per batch: {len(per_batch)} files <batch>_eva.jsonl in {output}/")
+    return failures
 
 
 def print_pending(pending: Sequence[str], argv: Sequence[str]) -> int:
@@ -527,26 +505,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if result.pending:
             return print_pending(result.pending,
                                  sys.argv[1:] if argv is None else list(argv))
-        per_batch = (write_batch_evaluated(result.tables.get("trajectory_summaries",
-                                                             pd.DataFrame()), args.output)
-                     if args.batch_folder else [])
+        per_batch = result.per_batch if args.batch_folder else []
     except PipelineInputError as exc:
         print(f"eval-pipeline: error: {exc}", file=sys.stderr)
         return 1
-    from tabulate import tabulate
-
-    tables = result.tables
-    print(preprocessing_statistics(tables).render())
-    lines = summary_lines(tables, len(result.batches), judges)
-    failures = failed_judges(tables, judges)
-    if failures:
-        lines.insert(0, ("JUDGES FAILED", ", ".join(failures)))
-    print(tabulate(lines, headers=["", "value"], tablefmt="simple"))
-    print_routing_report(tables, args.output)
-    print(f"\nwrote {args.output / 'evaluated.jsonl'} and "
-          f"{len(tables)} asset tables to {args.output}/")
-    if per_batch:
-        print(f"per batch: {len(per_batch)} files <batch>_eva.jsonl in {args.output}/")
+    failures = print_run_summary(result.figures, len(result.batches), judges, args.output,
+                                 per_batch)
     print(f"store (batches, asset Parquet): {result.store.root}")
     if result.store.assets_url:  # $EVAL_PIPELINE_ASSETS
         print(f"asset Parquet under: {result.store.assets_url}")

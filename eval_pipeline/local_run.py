@@ -17,19 +17,20 @@ import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import pandas as pd
+from upath import UPath
 
 from eval_pipeline import progress
-from eval_pipeline.atomic import StoreBusyError, exclusive_store, write_atomic
-from eval_pipeline.exports import evaluated_record, write_exports
+from eval_pipeline.atomic import StoreBusyError, atomic_file, exclusive_store, write_atomic
+from eval_pipeline.exports.run import EVALUATED_FIELDS, evaluated_lines, export_run
+from eval_pipeline.exports.run_figures import FIGURE_COLUMNS, RunFigures
+from eval_pipeline.exports.tables import Part, Parts, asset_parts
 from eval_pipeline.ingest import ReadOptions
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.preprocess import PreprocessConfig
-from eval_pipeline.report import build_report
 from eval_pipeline.splitting import (
     DROP_SUFFIXES,
     MANIFEST_SUFFIX,
@@ -51,8 +52,6 @@ from eval_pipeline.store import (
 
 DAGSTER_HOME_DIRNAME = ".dagster_home"
 _SKIP_DIRS = {"batches", "assets", "output", DAGSTER_HOME_DIRNAME, "__pycache__"}
-EVALUATED_FIELDS = ["timestamp", "task_id", "task_description", "duration", "success",
-                    "final_result", "raw_response"]
 
 
 class PipelineInputError(Exception):
@@ -166,54 +165,14 @@ def split_inputs(inputs: Sequence[Path], batches_dir: Path, split_size: int,
     return manifests, sorted(before - {m.partition_key for m in manifests})
 
 
-def store_tables(assets_dir: str, partitions: Sequence[str],
-                 assets: Sequence[Sequence[str]]) -> dict[str, pd.DataFrame]:
-    """Per asset (key path), its ``partitions`` concatenated, read from the store: a local
-    folder or any fsspec URL, through UPath (as the IO manager wrote them)."""
-    from upath import UPath
-
-    from eval_pipeline.defs.pipeline.io_manager import read_parquet
-
-    base = UPath(assets_dir)
-    tables: dict[str, pd.DataFrame] = {}
-    for path in assets:
-        files = [base.joinpath(*path, f"{key}.parquet") for key in partitions]
-        frames = [read_parquet(f) for f in files if f.exists()]
-        if frames:
-            nonempty = [f for f in frames if len(f)]
-            tables["__".join(path)] = (pd.concat(nonempty, ignore_index=True) if nonempty
-                                       else frames[0])
-    return tables
-
-
-def export_tables(assets_dir: str, output: Path, partitions: Sequence[str],
-                  assets: Sequence[Sequence[str]]) -> dict[str, pd.DataFrame]:
-    """One Parquet per asset of this run in ``output``, its batches concatenated.
-
-    The store holds every batch the instance knows, so only ``partitions`` (this run's) of
-    the ``assets`` (key paths in the current graph: no judge removed since) are exported, and
-    the report is rebuilt over those batches, as the instance's report covers them all.
-    """
-    tables = store_tables(assets_dir, partitions, assets)
-    summaries = tables.get("trajectory_summaries")
-    if summaries is not None:
-        tables["evaluation_report"] = build_report(
-            {str(batch): frame for batch, frame in summaries.groupby("batch", sort=True)})
-    for name, table in tables.items():
-        write_atomic(output / f"{name}.parquet", partial(table.to_parquet, index=False))
-    return tables
-
-
 def write_evaluated(summaries: pd.DataFrame, path: Path) -> int:
-    """The original tool's output records: the input fields plus the evaluations."""
+    """The original tool's output records: the input fields plus the evaluations, of one
+    table in memory (the CLI's export writes them batch by batch: ``export_run``)."""
     ordered = summaries.sort_values(["batch", "source_line"]) if len(summaries) else summaries
+    data = evaluated_lines(ordered)
 
     def write(fh: BinaryIO) -> None:
-        for row in ordered.to_dict("records"):
-            plain = {str(k): (None if isinstance(v, float) and pd.isna(v) else v)
-                     for k, v in row.items()}
-            record = evaluated_record(plain, EVALUATED_FIELDS)
-            fh.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+        fh.write(data)
 
     write_atomic(path, write)
     return len(ordered)
@@ -221,13 +180,17 @@ def write_evaluated(summaries: pd.DataFrame, path: Path) -> int:
 
 @dataclass(frozen=True)
 class PipelineResult:
-    tables: dict[str, pd.DataFrame]
-    """This run's exports by name (asset key path joined with ``__``)."""
+    figures: RunFigures
+    """This run's figures (what the CLI prints), added up as its exports were written batch
+    by batch; the exports themselves are files in the output folder (no whole-run table is
+    held, #12.3)."""
     batches: list[str]
     """This run's batch partitions, in order."""
     store: Store
     pending: list[str] = field(default_factory=list)
     """``--no-wait``: one line per batch-mode judge whose provider batch is still out."""
+    per_batch: list[Path] = field(default_factory=list)
+    """``--batch-folder``: the ``<batch>_eva.jsonl`` files written."""
 
 
 @dataclass(frozen=True)
@@ -390,7 +353,7 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
     defs = spec.definitions()
     pending = collect_batches(spec, defs, runs, keys, wait)
     if pending:
-        return PipelineResult({}, keys, where, pending)
+        return PipelineResult(RunFigures(batches=len(keys)), keys, where, pending)
     with dg.DagsterInstance.get() as instance:
         error = _execute(defs.resolve_job_def("evaluation_report_job"), instance,
                          spec.run_config)
@@ -398,11 +361,9 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
         raise PipelineInputError(f"evaluation report failed: {error}")
     per_batch = [key.path for key in defs.resolve_asset_graph().get_all_asset_keys()
                  if key != dg.AssetKey("evaluation_report")]
-    tables = export_tables(where.assets, output, keys, sorted(per_batch))
-    write_evaluated(tables.get("trajectory_summaries", pd.DataFrame()),
-                    output / "evaluated.jsonl")
-    write_exports(tables, output)
-    return PipelineResult(tables, keys, where)
+    exported = export_run(UPath(where.assets), output, keys, sorted(per_batch),
+                          per_batch_evaluated=batch_folder)
+    return PipelineResult(exported.figures, keys, where, per_batch=exported.per_batch)
 
 
 def _store(store: Path | None) -> Store:
@@ -495,19 +456,6 @@ def split_batch_folder_inputs(folder: Path, inputs: Sequence[Path], batches_dir:
     return manifests, sorted(before - {m.partition_key for m in manifests})
 
 
-def write_batch_evaluated(summaries: pd.DataFrame, output: Path) -> list[Path]:
-    """``--batch-folder``'s per-file results, as the original names them:
-    ``demo0201_eva.jsonl`` for batch ``demo0201`` (besides ``evaluated.jsonl``)."""
-    written: list[Path] = []
-    if not len(summaries):
-        return written
-    for batch, frame in summaries.groupby("batch", sort=True):
-        path = output / f"{batch}_eva.jsonl"
-        write_evaluated(frame, path)
-        written.append(path)
-    return written
-
-
 def preprocessed_record(row: Mapping[Any, Any]) -> dict[str, object]:
     """One line of the original's preprocessed JSONL: the input fields with the repaired
     ``raw_response``, ``preprocessing_notes`` when tags were repaired, and
@@ -535,10 +483,28 @@ def write_preprocessed(kept: pd.DataFrame, path: Path) -> int:
     return len(ordered)
 
 
+def write_preprocessed_parts(kept: Parts | None, parts: Sequence[Part], path: Path) -> int:
+    """:func:`write_preprocessed` of these batches of the kept trajectories, one batch at a
+    time (in batch name order, each sorted by line: the order of the whole table sorted)."""
+    columns = ["batch", "source_line", *EVALUATED_FIELDS, "format_corrected",
+               "preprocessing_metadata"]
+    written = 0
+    with atomic_file(path) as fh:
+        for part in sorted(parts, key=lambda p: p.key):
+            assert kept is not None  # parts of it
+            frame = kept.read(part, columns)
+            for row in frame.sort_values(["batch", "source_line"]).to_dict("records"):
+                line = json.dumps(preprocessed_record(row), ensure_ascii=False)
+                fh.write((line + "\n").encode("utf-8"))
+                written += 1
+    return written
+
+
 @dataclass(frozen=True)
 class PreprocessResult:
-    tables: dict[str, pd.DataFrame]
-    """The ingest assets of this run's batches, by name."""
+    figures: RunFigures
+    """The ingest assets' figures (the statistics the CLI prints), added up batch by
+    batch; the tables themselves are files in the output folder."""
     batches: list[str]
     written: list[Path]
     """The preprocessed JSONL file(s)."""
@@ -617,22 +583,32 @@ def _preprocess_in_store(where: Store, input_path: Path, output: Path, one_file:
                 raise PipelineInputError(f"preprocessing {batches[0]}...{batches[-1]} "
                                          f"failed: {_first_failure(result)}")
             shown.batches(done=len(batches))
-    tables = store_tables(where.assets, keys, INGEST_ASSETS)
-    kept = tables.get("preprocessed_trajectories", pd.DataFrame())
+    # Read and written batch by batch, as the run's exports (#12.3).
+    base = UPath(where.assets)
+    tables = {"__".join(path): Parts(parts) for path in INGEST_ASSETS
+              if (parts := asset_parts(base, path, keys))}
+    figures = RunFigures(batches=len(keys), tables=list(tables))
+    for name, table in tables.items():
+        for part in table.parts:
+            figures.rows[name] += part.rows
+            if part.rows and name in FIGURE_COLUMNS:
+                figures.add(name, table.read(part, FIGURE_COLUMNS[name], exact=True))
+    kept = tables.get("preprocessed_trajectories")
     written: list[Path] = []
     if one_file:
-        write_preprocessed(kept, output)
+        write_preprocessed_parts(kept, kept.parts if kept else [], output)
         written.append(output)
     else:
         output.mkdir(parents=True, exist_ok=True)
         for name, table in tables.items():
-            write_atomic(output / f"{name}.parquet", partial(table.to_parquet, index=False))
-        for base in dict.fromkeys(names[k] for k in keys):
-            mine = [k for k in keys if names[k] == base]
-            part = kept[kept["batch"].isin(mine)] if len(kept) else kept
-            write_preprocessed(part, output / f"{base}_preprocessed.jsonl")
-            written.append(output / f"{base}_preprocessed.jsonl")
-    return PreprocessResult(tables, keys, written, where)
+            table.write(output / f"{name}.parquet")
+        for drop in dict.fromkeys(names[k] for k in keys):
+            mine = {k for k in keys if names[k] == drop}
+            path = output / f"{drop}_preprocessed.jsonl"
+            write_preprocessed_parts(kept, [p for p in kept.parts if p.key in mine]
+                                     if kept else [], path)
+            written.append(path)
+    return PreprocessResult(figures, keys, written, where)
 
 
 

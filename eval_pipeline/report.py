@@ -221,6 +221,15 @@ def report_from_batches(rows: Mapping[str, Mapping[str, Any]],
     return pd.DataFrame(report, columns=REPORT_COLUMNS)
 
 
+def report_row(batch: str, summaries: pd.DataFrame, metas: Sequence[Mapping[str, Any]]
+               ) -> dict[str, Any]:
+    """One row of :func:`build_report`: ``summaries`` (its input columns; the metadata
+    column itself is not read) and their ``evaluation_metadata`` decoded, in the same
+    order. ``metas`` is read several times, so it may be a sequence that decodes on each
+    pass: the CLI's export builds the ALL row of a whole drop that way (#12.3)."""
+    return _row(batch, summaries, metas)
+
+
 def build_report(summaries: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per batch with trajectories, sorted, and the ``ALL`` row over them all in
     the order given."""

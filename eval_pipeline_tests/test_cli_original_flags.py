@@ -14,6 +14,7 @@ import pytest
 
 from eval_pipeline import progress
 from eval_pipeline.cli import build_parser, judges_from_args, main, preprocessing_statistics
+from eval_pipeline.exports.run_figures import RunFigures
 from eval_pipeline.judges.config import JudgeConfig, load_judges
 from eval_pipeline.judges.heuristic import HeuristicJudge
 from eval_pipeline.judges.runner import JudgeJob, run_job
@@ -103,7 +104,7 @@ def test_statistics_block_counts_the_tables():
                                            "reason": ["frequency", "duplicates",
                                                       "duplicates"]}),
     }
-    block = preprocessing_statistics(tables).render().splitlines()
+    block = preprocessing_statistics(RunFigures.of_tables(tables)).render().splitlines()
     assert block[1] == "PREPROCESSING STATISTICS" and block[0] == block[2] == block[-1] == "=" * 50
     assert block[3:9] == ["Total samples: 7", "Valid samples: 4", "Removed (frequency): 1",
                           "Removed (duplicates): 2", "Format issues fixed: 2",
@@ -111,9 +112,10 @@ def test_statistics_block_counts_the_tables():
 
 
 def test_statistics_block_with_nothing_kept():
-    stats = preprocessing_statistics({"raw_trajectories": pd.DataFrame({"x": [1]}),
-                                      "preprocessed_trajectories": pd.DataFrame(),
-                                      "preprocess_report": pd.DataFrame({"reason": ["frequency"]})})
+    stats = preprocessing_statistics(RunFigures.of_tables({
+        "raw_trajectories": pd.DataFrame({"x": [1]}),
+        "preprocessed_trajectories": pd.DataFrame(),
+        "preprocess_report": pd.DataFrame({"reason": ["frequency"]})}))
     assert (stats.total, stats.valid, stats.removed_frequency, stats.success_rate) == (1, 0, 1,
                                                                                         0.0)
 

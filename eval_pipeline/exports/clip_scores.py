@@ -62,9 +62,12 @@ def clip_score_rows(judgments: Mapping[str, pd.DataFrame], clips: pd.DataFrame,
     return pd.DataFrame(out, columns=CLIP_SCORE_COLUMNS)
 
 
-def clip_scores_csv(table: pd.DataFrame) -> bytes:
+def clip_scores_csv(table: pd.DataFrame, header: bool = True) -> bytes:
     """UTF-8 CSV, every text field quoted where needed (explanations hold commas and
-    newlines); an empty cell is a missing value, never 0."""
+    newlines); an empty cell is a missing value, never 0. ``header=False``: the rows only,
+    for a part of the file written batch by batch (each cell is formatted on its own, so
+    the parts joined are the whole table's CSV)."""
     buffer = io.StringIO()
-    table.to_csv(buffer, index=False, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
+    table.to_csv(buffer, index=False, header=header, quoting=csv.QUOTE_MINIMAL,
+                 lineterminator="\n")
     return buffer.getvalue().encode("utf-8")

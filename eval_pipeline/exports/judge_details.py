@@ -162,6 +162,104 @@ def _evaluation(row: Mapping[str, Any], clip: Mapping[str, Any] | None,
             error_message=None if ok else str(row.get("error") or row["status"])))
 
 
+def judge_models(judgments: Mapping[str, pd.DataFrame]) -> dict[str, tuple[str, str]]:
+    """Judge name -> (provider, model) of its first row, for the judges with rows."""
+    out = {}
+    for name, table in judgments.items():
+        first = records(table.head(1), ["provider", "model"])
+        if first:
+            out[name] = (str(first[0]["provider"]), str(first[0]["model"]))
+    return out
+
+
+class JudgeDetails:
+    """:func:`judge_detail_files` over a run's batches, one batch at a time (#12.3).
+
+    ``models`` is every judge's (provider, model) over the whole run (its first row's, as
+    :func:`judge_models` reads it): a judge sharing them with another gets its name in its
+    files' names. A task id met again in a later batch continues its ``__2``, ``__3``
+    count, as in one table. Rows of a trajectory that is not among its batch's
+    trajectories (never, from the pipeline: judgments come from the batch's clips) are
+    named after every batch's, in trajectory id order, by :meth:`rest`.
+    """
+
+    def __init__(self, models: Mapping[str, tuple[str, str]]) -> None:
+        self._models = dict(models)
+        pairs = list(self._models.values())
+        shared = {pm for pm in pairs if pairs.count(pm) > 1}
+        self._prefix = {}
+        for name, (provider, model) in self._models.items():
+            prefix = f"{safe_name(provider)}_{safe_name(model)}"
+            self._prefix[name] = prefix + (f"_{safe_name(name)}" if (provider, model) in shared
+                                           else "")
+        self._seen: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._unknown: dict[str, dict[str, list[ClipEvaluation]]] = defaultdict(dict)
+        self._unknown_clips: dict[str, int] = defaultdict(int)
+
+    def add(self, judgments: Mapping[str, pd.DataFrame], clips: pd.DataFrame,
+            trajectories: pd.DataFrame) -> dict[str, JudgeDetailFile]:
+        """File name -> content for this batch's trajectories."""
+        info = trajectory_info(trajectories)
+        prompts = _Prompts(clips, trajectories)
+        clip_rows = {(str(c["trajectory_id"]), int(c["clip_index"])): c
+                     for c in records(clips, ["trajectory_id", "clip_index", "content",
+                                              "tool_call"])}
+        clip_counts: dict[str, int] = defaultdict(int)
+        for tid, _ in clip_rows:
+            clip_counts[tid] += 1
+        for tid, count in clip_counts.items():
+            if tid not in info:
+                self._unknown_clips[tid] += count
+        tables = {name: records(t, _ROW_COLUMNS) for name, t in judgments.items() if len(t)}
+        order = {tid: i for i, tid in enumerate(info)}
+        files: dict[str, JudgeDetailFile] = {}
+        for name, rows in tables.items():
+            by_traj: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for row in rows:
+                by_traj[str(row["trajectory_id"])].append(row)
+            for tid in sorted(by_traj, key=lambda t: (order.get(t, len(order)), t)):
+                prompts.assessed(tid, by_traj[tid])
+                ordered = sorted(by_traj[tid], key=lambda r: (int(r["clip_index"]),
+                                                              str(r["evaluation_kind"])))
+                evaluations = [_evaluation(r, clip_rows.get((tid, int(r["clip_index"]))),
+                                           prompts) for r in ordered]
+                if tid not in info:
+                    self._unknown[name].setdefault(tid, []).extend(evaluations)
+                    continue
+                filename, content = self._file(name, info[tid], evaluations,
+                                               clip_counts.get(tid, 0))
+                files[filename] = content
+        return files
+
+    def rest(self) -> dict[str, JudgeDetailFile]:
+        """The files of trajectories no batch's trajectories held (see the class)."""
+        files: dict[str, JudgeDetailFile] = {}
+        for name in self._models:
+            for tid in sorted(self._unknown.get(name, {})):
+                evaluations = sorted(self._unknown[name][tid],
+                                     key=lambda e: (e.clip_index, e.evaluation_kind))
+                filename, content = self._file(
+                    name, TrajectoryInfo(trajectory_id=tid, task_id=tid), evaluations,
+                    self._unknown_clips.get(tid, 0))
+                files[filename] = content
+        return files
+
+    def _file(self, name: str, traj: TrajectoryInfo, evaluations: list[ClipEvaluation],
+              total_clips: int) -> tuple[str, JudgeDetailFile]:
+        provider, model = self._models[name]
+        seen = self._seen[name]
+        seen[traj.task_id] += 1
+        suffix = "" if seen[traj.task_id] == 1 else f"__{seen[traj.task_id]}"
+        filename = f"{self._prefix[name]}_{safe_name(traj.task_id)}{suffix}_eva.json"
+        return filename, JudgeDetailFile(
+            task_id=traj.task_id, model_name=f"{provider}_{model}", total_clips=total_clips,
+            evaluations=[e for e in evaluations if e.evaluation_kind == EVAL_KIND_CLIP],
+            react_evaluations=[e for e in evaluations
+                               if e.evaluation_kind in REACT_EVALUATIONS],
+            assessments=[e for e in evaluations if e.evaluation_kind in ASSESSMENT_KINDS],
+            judge=name, trajectory_id=traj.trajectory_id, batch=traj.batch)
+
+
 def judge_detail_files(judgments: Mapping[str, pd.DataFrame], clips: pd.DataFrame,
                        trajectories: pd.DataFrame) -> dict[str, JudgeDetailFile]:
     """File name -> content, for every judge and every trajectory it has rows for.
@@ -170,55 +268,19 @@ def judge_detail_files(judgments: Mapping[str, pd.DataFrame], clips: pd.DataFram
     gets its name added, and a task id met twice (duplicate ids are kept) gets ``__2``,
     ``__3``... in trajectory order, so no file overwrites another.
     """
-    info = trajectory_info(trajectories)
-    prompts = _Prompts(clips, trajectories)
-    clip_rows = {(str(c["trajectory_id"]), int(c["clip_index"])): c
-                 for c in records(clips, ["trajectory_id", "clip_index", "content",
-                                          "tool_call"])}
-    clip_counts: dict[str, int] = defaultdict(int)
-    for tid, _ in clip_rows:
-        clip_counts[tid] += 1
-    tables = {name: records(t, _ROW_COLUMNS) for name, t in judgments.items() if len(t)}
-    model_of = {name: (str(rows[0]["provider"]), str(rows[0]["model"]))
-                for name, rows in tables.items()}
-    shared = {pm for pm in model_of.values() if list(model_of.values()).count(pm) > 1}
-    order = {tid: i for i, tid in enumerate(info)}
-    files: dict[str, JudgeDetailFile] = {}
-    for name, rows in tables.items():
-        provider, model = model_of[name]
-        prefix = f"{safe_name(provider)}_{safe_name(model)}"
-        if (provider, model) in shared:
-            prefix += f"_{safe_name(name)}"
-        by_traj: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for row in rows:
-            by_traj[str(row["trajectory_id"])].append(row)
-        seen: dict[str, int] = defaultdict(int)
-        for tid in sorted(by_traj, key=lambda t: (order.get(t, len(order)), t)):
-            traj = info.get(tid, TrajectoryInfo(trajectory_id=tid, task_id=tid))
-            seen[traj.task_id] += 1
-            suffix = "" if seen[traj.task_id] == 1 else f"__{seen[traj.task_id]}"
-            prompts.assessed(tid, by_traj[tid])
-            ordered = sorted(by_traj[tid], key=lambda r: (int(r["clip_index"]),
-                                                          str(r["evaluation_kind"])))
-            evaluations = [_evaluation(r, clip_rows.get((tid, int(r["clip_index"]))), prompts)
-                           for r in ordered]
-            filename = f"{prefix}_{safe_name(traj.task_id)}{suffix}_eva.json"
-            files[filename] = JudgeDetailFile(
-                task_id=traj.task_id, model_name=f"{provider}_{model}",
-                total_clips=clip_counts.get(tid, 0),
-                evaluations=[e for e in evaluations if e.evaluation_kind == EVAL_KIND_CLIP],
-                react_evaluations=[e for e in evaluations
-                                   if e.evaluation_kind in REACT_EVALUATIONS],
-                assessments=[e for e in evaluations if e.evaluation_kind in ASSESSMENT_KINDS],
-                judge=name, trajectory_id=tid, batch=traj.batch)
-    return files
+    builder = JudgeDetails(judge_models(judgments))
+    return {**builder.add(judgments, clips, trajectories), **builder.rest()}
+
+
+def judge_detail_text(content: JudgeDetailFile) -> str:
+    """One file's text."""
+    return json.dumps(content.model_dump(), ensure_ascii=False, indent=2) + "\n"
 
 
 def write_judge_details(folder: Path, files: Mapping[str, JudgeDetailFile]) -> list[str]:
     """Write the files into ``folder`` (which the caller swaps in whole); their names."""
     for filename, content in files.items():
-        (folder / filename).write_text(
-            json.dumps(content.model_dump(), ensure_ascii=False, indent=2) + "\n", "utf-8")
+        (folder / filename).write_text(judge_detail_text(content), "utf-8")
     return sorted(files)
 
 
@@ -228,5 +290,6 @@ def judgment_tables(tables: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFram
     return {name[len(prefix):]: t for name, t in tables.items() if name.startswith(prefix)}
 
 
-__all__: Sequence[str] = ["JUDGE_DETAILS_DIR", "JudgeDetailFile", "judge_detail_files",
+__all__: Sequence[str] = ["JUDGE_DETAILS_DIR", "JudgeDetailFile", "JudgeDetails",
+                          "judge_detail_files", "judge_detail_text", "judge_models",
                           "judgment_tables", "write_judge_details"]

@@ -28,15 +28,17 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from statistics import fmean
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel
 
 from eval_pipeline.exports.common import TrajectoryInfo, records, trajectory_info
+from eval_pipeline.exports.tables import value_counts
 from eval_pipeline.rubrics import (
     EVAL_CATEGORY_ASSESSMENT,
     EVAL_KIND_CLIP,
@@ -88,65 +90,131 @@ def _not_scored(errors: object) -> dict[str, object]:
             "explanation": "no judge could score this: " + "; ".join(map(str, listed))}
 
 
+class _FirstPerKey:
+    """One ordered stream of candidate rows: the first row per key is kept (Phoenix keeps
+    one annotation per key; logging it again updates it), a row without a key is counted,
+    a later row on a kept key is counted. Only the keys are held, so a run's streams can
+    be fed batch by batch."""
+
+    def __init__(self) -> None:
+        self.kept: set[Any] = set()
+        self.no_id = 0
+        self.same = 0
+
+    def take(self, key: Any, missing: bool = False) -> bool:
+        if missing:
+            self.no_id += 1
+            return False
+        if key in self.kept:
+            self.same += 1
+            return False
+        self.kept.add(key)
+        return True
+
+
+EvalRow = tuple[str, dict[str, object]]
+"""A kept evaluation: its span id (the file's index) and its label, score, explanation."""
+
+
+class PhoenixEvaluations:
+    """:func:`phoenix_evaluations` fed one batch at a time (#12.3).
+
+    Each eval name's rows come from ``averaged_scores`` (every batch, in order) and, for the
+    trajectory score, from ``trajectory_summaries`` after them. :meth:`add` returns a
+    batch's kept rows per (eval name, source); the file of an eval name is the averaged
+    rows of every batch, then the summaries' rows less :meth:`taken_earlier` (keys the
+    averaged rows of the same name already hold: none in practice, as no judge writes
+    a ``trajectory_score`` kind).
+    """
+
+    def __init__(self) -> None:
+        self._averaged = {kind: _FirstPerKey() for kind in EVAL_NAMES}
+        self._summaries = {kind: _FirstPerKey() for kind in EVAL_NAMES}
+
+    def add(self, averaged: pd.DataFrame | None, summaries: pd.DataFrame | None,
+            trajectories: pd.DataFrame | None, span_ids: Mapping[tuple[str, int], str]
+            ) -> dict[tuple[str, str], list[EvalRow]]:
+        """(eval name, ``averaged`` or ``summaries``) -> this batch's kept rows."""
+        info = trajectory_info(trajectories)
+        out: dict[tuple[str, str], list[EvalRow]] = {}
+        for row in records(averaged):
+            kind = str(row["evaluation_kind"])
+            if kind not in self._averaged:
+                continue
+            tid, ci = str(row["trajectory_id"]), int(row["clip_index"])
+            if kind == EVAL_SEQUENCE_OPTIMALITY:
+                key = info[tid].root_span_id if tid in info else None
+            else:
+                key = span_ids.get((tid, ci))
+            if row["status"] != "ok":
+                values = _not_scored(row.get("errors"))
+            elif kind == EVAL_KIND_CLIP:
+                values = {"label": None, "score": row["mean_score"],
+                          "explanation": row.get("summary") or None}
+            else:
+                values = {"label": row.get("label"),
+                          "score": json.loads(row["scores"]).get(REACT_EVALUATIONS[kind].metric),
+                          "explanation": row.get("reasoning") or None}
+            if self._averaged[kind].take(key, missing=key is None):
+                out.setdefault((kind, "averaged"), []).append((str(key), values))
+        for summary in records(summaries, ["trajectory_id", "overall_trajectory_score",
+                                           "successful_evaluations", "total_clips"]):
+            tid = str(summary["trajectory_id"])
+            score = summary["overall_trajectory_score"]
+            values = ({"label": None, "score": float(score),
+                       "explanation": f"clip-weighted mean of the tool averages over "
+                                      f"{summary['successful_evaluations']} of "
+                                      f"{summary['total_clips']} clips scored"}
+                      if score is not None else
+                      {"label": NOT_SCORED, "score": None,
+                       "explanation": "no clip of this trajectory was scored by any judge"})
+            key = info[tid].root_span_id if tid in info else None
+            if self._summaries[TRAJECTORY_SCORE].take(key, missing=key is None):
+                out.setdefault((TRAJECTORY_SCORE, "summaries"), []).append((str(key), values))
+        return out
+
+    def taken_earlier(self, kind: str) -> set[Any]:
+        """Keys of the summaries' rows of ``kind`` that its averaged rows took first."""
+        return self._summaries[kind].kept & self._averaged[kind].kept
+
+    def entries(self) -> dict[str, PhoenixEval]:
+        """Each eval name's manifest entry, once every batch was added."""
+        out = {}
+        for kind in EVAL_NAMES:
+            first, then = self._averaged[kind], self._summaries[kind]
+            earlier = len(self.taken_earlier(kind))
+            out[kind] = PhoenixEval(
+                eval_name=EVAL_NAMES[kind], file_stem=kind,
+                target="root_span" if kind in TRACE_LEVEL else "span", index=SPAN_INDEX,
+                rows=len(first.kept) + len(then.kept) - earlier,
+                left_out_no_id=first.no_id + then.no_id,
+                left_out_same_span=first.same + then.same + earlier)
+        return out
+
+
+def eval_frame(rows: Sequence[EvalRow]) -> pd.DataFrame:
+    """Kept evaluations as the file holds them: indexed by span id, score a float."""
+    frame = pd.DataFrame([values for _key, values in rows], columns=EVAL_COLUMNS,
+                         index=pd.Index([key for key, _values in rows], name=SPAN_INDEX,
+                                        dtype=object))
+    frame["score"] = frame["score"].astype("float64")
+    return frame
+
+
 def phoenix_evaluations(averaged: pd.DataFrame, summaries: pd.DataFrame,
                         trajectories: pd.DataFrame,
                         span_ids: Mapping[tuple[str, int], str]
                         ) -> dict[str, tuple[PhoenixEval, pd.DataFrame]]:
     """File stem -> (its manifest entry, its DataFrame indexed as Phoenix wants)."""
-    info = trajectory_info(trajectories)
-    rows: dict[str, list[tuple[str | None, dict[str, object]]]] = {k: [] for k in EVAL_NAMES}
-    for row in records(averaged):
-        kind = str(row["evaluation_kind"])
-        if kind not in rows:
-            continue
-        tid, ci = str(row["trajectory_id"]), int(row["clip_index"])
-        if kind == EVAL_SEQUENCE_OPTIMALITY:
-            key = info[tid].root_span_id if tid in info else None
-        else:
-            key = span_ids.get((tid, ci))
-        if row["status"] != "ok":
-            values = _not_scored(row.get("errors"))
-        elif kind == EVAL_KIND_CLIP:
-            values = {"label": None, "score": row["mean_score"],
-                      "explanation": row.get("summary") or None}
-        else:
-            values = {"label": row.get("label"),
-                      "score": json.loads(row["scores"]).get(REACT_EVALUATIONS[kind].metric),
-                      "explanation": row.get("reasoning") or None}
-        rows[kind].append((key, values))
-    for summary in records(summaries, ["trajectory_id", "overall_trajectory_score",
-                                       "successful_evaluations", "total_clips"]):
-        tid = str(summary["trajectory_id"])
-        score = summary["overall_trajectory_score"]
-        values = ({"label": None, "score": float(score),
-                   "explanation": f"clip-weighted mean of the tool averages over "
-                                  f"{summary['successful_evaluations']} of "
-                                  f"{summary['total_clips']} clips scored"}
-                  if score is not None else
-                  {"label": NOT_SCORED, "score": None,
-                   "explanation": "no clip of this trajectory was scored by any judge"})
-        rows[TRAJECTORY_SCORE].append((info[tid].root_span_id if tid in info else None,
-                                       values))
+    builder = PhoenixEvaluations()
+    rows = builder.add(averaged, summaries, trajectories, span_ids)
+    entries = builder.entries()
     out: dict[str, tuple[PhoenixEval, pd.DataFrame]] = {}
-    for kind, found in rows.items():
-        trace = kind in TRACE_LEVEL
-        index = SPAN_INDEX
-        kept: dict[str, dict[str, object]] = {}
-        no_id = same = 0
-        for key, values in found:
-            if key is None:
-                no_id += 1
-            elif key in kept:
-                same += 1  # Phoenix keeps one evaluation per span and name: the first here
-            else:
-                kept[key] = values
-        frame = pd.DataFrame(list(kept.values()), columns=EVAL_COLUMNS,
-                             index=pd.Index(list(kept), name=index, dtype=object))
-        frame["score"] = frame["score"].astype("float64")
-        entry = PhoenixEval(eval_name=EVAL_NAMES[kind], file_stem=kind,
-                            target="root_span" if trace else "span", index=index,
-                            rows=len(frame), left_out_no_id=no_id, left_out_same_span=same)
-        out[kind] = (entry, frame)
+    for kind in EVAL_NAMES:
+        earlier = builder.taken_earlier(kind)
+        kept = rows.get((kind, "averaged"), []) + [
+            r for r in rows.get((kind, "summaries"), []) if r[0] not in earlier]
+        out[kind] = (entries[kind], eval_frame(kept))
     return out
 
 
@@ -264,6 +332,129 @@ def _judgment_annotations(row: Mapping[str, object], meta: dict[str, object]
              "metadata": {**meta, "scores": scores}}]
 
 
+PENDING_ANNOTATOR = "\x00pending"
+"""The trajectory scores' ``annotator_kind`` until every judge's provider is known (CODE
+when all are the heuristic, else LLM): :meth:`SpanAnnotations.annotator_kind`."""
+SUMMARIES_STREAM = ""
+"""The stream of the trajectory scores, after every judge's (whose streams are their names)."""
+
+
+class SpanAnnotations:
+    """:func:`span_annotations` fed one batch at a time (#12.3).
+
+    The annotations are one stream per judge (its rows of every batch, in order), then the
+    trajectory scores: :meth:`add` returns a batch's kept rows per stream (the judge's
+    name, or :data:`SUMMARIES_STREAM`); the file is the streams in :attr:`streams` order.
+    The trajectory scores carry :data:`PENDING_ANNOTATOR` until :meth:`annotator_kind`
+    (which needs every batch's providers) replaces it.
+    """
+
+    def __init__(self, judges: Sequence[str]) -> None:
+        self.judges = list(judges)
+        self.streams = [*self.judges, SUMMARIES_STREAM]
+        self.counts = AnnotationCounts()
+        self._kept: dict[str, _FirstPerKey] = {s: _FirstPerKey() for s in self.streams}
+        self._names: dict[str, Counter[str]] = {s: Counter() for s in self.streams}
+        self._spans: set[str] = set()
+        self._providers: set[str] = set()
+
+    def _keep(self, stream: str, out: dict[str, list[dict[str, object]]], span: str,
+              identifier: str, kind: str, values: dict[str, object]) -> None:
+        name = str(values["name"])
+        if not self._kept[stream].take((span, name, identifier)):
+            return
+        self._names[stream][name] += 1
+        self._spans.add(span)
+        out.setdefault(stream, []).append({
+            "span_id": span, "identifier": identifier, "annotator_kind": kind,
+            "label": values.get("label"), "name": values["name"], "score": values.get("score"),
+            "explanation": values.get("explanation"), "metadata": values.get("metadata")})
+
+    def add(self, judgments: Mapping[str, pd.DataFrame], summaries: pd.DataFrame | None,
+            trajectories: pd.DataFrame | None, span_ids: Mapping[tuple[str, int], str]
+            ) -> dict[str, list[dict[str, object]]]:
+        """Stream -> this batch's kept annotations (``judgments`` by judge name)."""
+        info = trajectory_info(trajectories)
+        counts = self.counts
+        out: dict[str, list[dict[str, object]]] = {}
+        for judge, table in judgments.items():
+            if "provider" in table.columns:
+                self._providers |= {str(p) for p in table["provider"].dropna().unique()}
+            for row in records(table, ["trajectory_id", "clip_index", "evaluation_kind",
+                                       "tool_type", "provider", "model", "status", "scores",
+                                       "label", "summary", "reasoning", "error", "prompt_hash",
+                                       "template_version"]):
+                if row["status"] == "skipped":
+                    counts.skipped += 1
+                    continue
+                tid, clip = str(row["trajectory_id"]), int(row["clip_index"])
+                span = _span_for(str(row["evaluation_kind"]), tid, clip, info, span_ids)
+                if span is None:
+                    counts.left_out_no_id += 1
+                    continue
+                counts.failed += row["status"] != "ok"
+                meta: dict[str, object] = {
+                    "source": SOURCE, "judge": judge, "provider": row.get("provider"),
+                    "model": row.get("model"), "evaluation_kind": row["evaluation_kind"],
+                    "tool_type": row.get("tool_type"), "trajectory_id": tid,
+                    "clip_index": clip, "batch": info[tid].batch,
+                    "trace_id": info[tid].trace_id,
+                    "template_version": row.get("template_version"),
+                    "prompt_hash": row.get("prompt_hash")}
+                annotator = "CODE" if row.get("provider") == "heuristic" else "LLM"
+                for values in _judgment_annotations(row, meta):
+                    self._keep(judge, out, span, judge, annotator,
+                               {**values, "metadata": values.get("metadata", meta)})
+        for summary in records(summaries, ["trajectory_id", "overall_trajectory_score",
+                                           "successful_evaluations", "total_clips"]):
+            tid = str(summary["trajectory_id"])
+            span = _span_for(TRAJECTORY_SCORE, tid, -1, info, span_ids)
+            if span is None:
+                counts.left_out_no_id += 1
+                continue
+            score = summary["overall_trajectory_score"]
+            meta = {"source": SOURCE, "judges": sorted(self.judges), "trajectory_id": tid,
+                    "batch": info[tid].batch, "trace_id": info[tid].trace_id,
+                    "evaluation_kind": TRAJECTORY_SCORE}
+            self._keep(SUMMARIES_STREAM, out, span, "", PENDING_ANNOTATOR, {
+                "name": eval_name(TRAJECTORY_SCORE), "metadata": meta,
+                **({"label": None, "score": float(score),
+                    "explanation": f"clip-weighted mean of the tool averages over "
+                                   f"{summary['successful_evaluations']} of "
+                                   f"{summary['total_clips']} clips scored"}
+                   if score is not None else
+                   {"label": NOT_SCORED, "score": None,
+                    "explanation": "no clip of this trajectory was scored by any judge"})})
+        return out
+
+    def annotator_kind(self) -> str:
+        """The trajectory scores' annotator: CODE when every judgment came from the
+        heuristic judge, else LLM (once every batch was added)."""
+        return "CODE" if self._providers <= {"heuristic"} else "LLM"
+
+    def finish(self) -> AnnotationCounts:
+        """The counts, once every batch was added."""
+        counts = self.counts
+        counts.rows = sum(len(k.kept) for k in self._kept.values())
+        counts.left_out_same_span = sum(k.same for k in self._kept.values())
+        counts.spans = len(self._spans)
+        names: Counter[str] = Counter()
+        for stream in self.streams:  # first appearance in the file's order
+            names.update(self._names[stream])
+        counts.by_name = {str(k): int(v) for k, v in value_counts(names)}
+        return counts
+
+
+def annotation_frame(rows: Sequence[Mapping[str, object]]) -> pd.DataFrame:
+    """Kept annotations in the columns ``log_span_annotations_dataframe`` reads
+    (``metadata`` as JSON text, for Parquet)."""
+    frame = pd.DataFrame(
+        [{**v, "metadata": json.dumps(v["metadata"], sort_keys=True, default=str)}
+         for v in rows], columns=ANNOTATION_COLUMNS)
+    frame["score"] = frame["score"].astype("float64")
+    return frame
+
+
 def span_annotations(judgments: Mapping[str, pd.DataFrame], summaries: pd.DataFrame | None,
                      trajectories: pd.DataFrame | None,
                      span_ids: Mapping[tuple[str, int], str]
@@ -274,72 +465,9 @@ def span_annotations(judgments: Mapping[str, pd.DataFrame], summaries: pd.DataFr
     returns them. One row per (span, name, identifier), in the columns
     ``log_span_annotations_dataframe`` reads (``metadata`` as JSON text here, for Parquet).
     """
-    info = trajectory_info(trajectories)
-    counts = AnnotationCounts()
-    kept: dict[tuple[str, str, str], dict[str, object]] = {}
-
-    def add(span: str, identifier: str, kind: str, values: dict[str, object]) -> None:
-        key = (span, str(values["name"]), identifier)
-        if key in kept:
-            counts.left_out_same_span += 1
-            return
-        kept[key] = {"span_id": span, "identifier": identifier, "annotator_kind": kind,
-                     "label": values.get("label"), "name": values["name"],
-                     "score": values.get("score"), "explanation": values.get("explanation"),
-                     "metadata": values.get("metadata")}
-
-    for judge, table in judgments.items():
-        for row in records(table, ["trajectory_id", "clip_index", "evaluation_kind",
-                                   "tool_type", "provider", "model", "status", "scores",
-                                   "label", "summary", "reasoning", "error", "prompt_hash",
-                                   "template_version"]):
-            if row["status"] == "skipped":
-                counts.skipped += 1
-                continue
-            tid, clip = str(row["trajectory_id"]), int(row["clip_index"])
-            span = _span_for(str(row["evaluation_kind"]), tid, clip, info, span_ids)
-            if span is None:
-                counts.left_out_no_id += 1
-                continue
-            counts.failed += row["status"] != "ok"
-            meta: dict[str, object] = {
-                "source": SOURCE, "judge": judge, "provider": row.get("provider"),
-                "model": row.get("model"), "evaluation_kind": row["evaluation_kind"],
-                "tool_type": row.get("tool_type"), "trajectory_id": tid, "clip_index": clip,
-                "batch": info[tid].batch, "trace_id": info[tid].trace_id,
-                "template_version": row.get("template_version"),
-                "prompt_hash": row.get("prompt_hash")}
-            annotator = "CODE" if row.get("provider") == "heuristic" else "LLM"
-            for values in _judgment_annotations(row, meta):
-                add(span, judge, annotator, {**values, "metadata": values.get("metadata", meta)})
-    providers = {str(p) for t in judgments.values() if "provider" in t.columns
-                 for p in t["provider"].dropna().unique()}
-    combined = "CODE" if providers <= {"heuristic"} else "LLM"
-    for summary in records(summaries, ["trajectory_id", "overall_trajectory_score",
-                                       "successful_evaluations", "total_clips"]):
-        tid = str(summary["trajectory_id"])
-        span = _span_for(TRAJECTORY_SCORE, tid, -1, info, span_ids)
-        if span is None:
-            counts.left_out_no_id += 1
-            continue
-        score = summary["overall_trajectory_score"]
-        meta = {"source": SOURCE, "judges": sorted(judgments), "trajectory_id": tid,
-                "batch": info[tid].batch, "trace_id": info[tid].trace_id,
-                "evaluation_kind": TRAJECTORY_SCORE}
-        add(span, "", combined, {
-            "name": eval_name(TRAJECTORY_SCORE), "metadata": meta,
-            **({"label": None, "score": float(score),
-                "explanation": f"clip-weighted mean of the tool averages over "
-                               f"{summary['successful_evaluations']} of "
-                               f"{summary['total_clips']} clips scored"}
-               if score is not None else
-               {"label": NOT_SCORED, "score": None,
-                "explanation": "no clip of this trajectory was scored by any judge"})})
-    frame = pd.DataFrame(
-        [{**v, "metadata": json.dumps(v["metadata"], sort_keys=True, default=str)}
-         for v in kept.values()], columns=ANNOTATION_COLUMNS)
-    frame["score"] = frame["score"].astype("float64")
-    counts.rows = len(frame)
-    counts.spans = int(frame["span_id"].nunique()) if len(frame) else 0
-    counts.by_name = {str(k): int(v) for k, v in frame["name"].value_counts().items()}
-    return frame, counts
+    builder = SpanAnnotations(list(judgments))
+    streams = builder.add(judgments, summaries, trajectories, span_ids)
+    kind = builder.annotator_kind()
+    rows = [{**row, "annotator_kind": kind} if row["annotator_kind"] == PENDING_ANNOTATOR
+            else row for stream in builder.streams for row in streams.get(stream, [])]
+    return annotation_frame(rows), builder.finish()

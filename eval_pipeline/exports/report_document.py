@@ -18,8 +18,9 @@ import html
 import json
 import re
 import shutil
+from array import array
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -268,11 +269,19 @@ def agreement_section(agreement: pd.DataFrame | None, scatter: str | None) -> Se
     return section
 
 
+def review_rows(disagreements: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """The disagreements with a human label (a judge's decision is not the human's)."""
+    return [r for r in _records(disagreements)
+            if r.get("comparison") in ("step_label", "outcome")]
+
+
 def human_section(report: pd.DataFrame | None, agreement: pd.DataFrame | None,
-                  disagreements: pd.DataFrame | None, judge_text: Mapping[tuple[str, str, int],
-                                                                          str],
+                  review: Sequence[Mapping[str, Any]], review_total: int,
+                  judge_text: Mapping[tuple[str, str, int], str],
                   confusion: str | None) -> Section | None:
-    """Does each judge agree with the labels the source carries?"""
+    """Does each judge agree with the labels the source carries? ``review``: the first
+    of the ``review_total`` items where a judge's decision is not the human's
+    (:func:`review_rows`), at least :data:`REVIEW_ROWS` of them when there are."""
     labelled = [r for r in _records(report)
                 if (r.get("outcome_labelled") or 0) + (r.get("step_labelled") or 0) > 0]
     per_judge = [r for r in _records(agreement)
@@ -291,21 +300,22 @@ def human_section(report: pd.DataFrame | None, agreement: pd.DataFrame | None,
                            Table(cols, [_cells(r, cols) for r in per_judge])]
     if confusion:
         section.blocks.append(Image(confusion, "judge-vs-human confusion matrices"))
-    review = [r for r in _records(disagreements)
-              if r.get("comparison") in ("step_label", "outcome")]
-    if review:
+    if review_total:
         section.blocks += [
             Text(f"Items where a judge's decision is not the human's "
-                 f"({len(review)}; the first {min(len(review), REVIEW_ROWS)}):"),
+                 f"({review_total}; the first {min(review_total, REVIEW_ROWS)}):"),
             Table(["comparison", "judge", "trajectory", "task", "clip", "human label",
                    "judge score", "judge's summary"],
                   [[r["comparison"], r.get("judge"), r["trajectory_id"], r.get("task_id"),
                     r.get("clip_index"), r.get("human_label"), r.get("judge_score"),
-                    _clip(judge_text.get((str(r.get("judge")), str(r["trajectory_id"]),
-                                          int(r["clip_index"])), ""))
+                    _clip(judge_text.get(_text_key(r), ""))
                     if r.get("clip_index") is not None else ""]
                    for r in review[:REVIEW_ROWS]])]
     return section
+
+
+def _text_key(row: Mapping[str, Any]) -> tuple[str, str, int]:
+    return (str(row.get("judge")), str(row["trajectory_id"]), int(row["clip_index"]))
 
 
 def assessments_section(report: pd.DataFrame | None) -> Section | None:
@@ -339,23 +349,64 @@ def assessments_section(report: pd.DataFrame | None) -> Section | None:
     return section
 
 
-def stability_section(judgments: Mapping[str, pd.DataFrame]) -> Section | None:
+@dataclass
+class _Stability:
+    """One judge's repeat figures, added up batch by batch."""
+
+    spreads: list[float] = field(default_factory=list)
+    repeats: list[Any] = field(default_factory=list)
+    has_repeats: bool = False
+    straddling: int = 0
+    has_straddles: bool = False
+
+
+class StabilityFigures:
+    """:func:`stability_section`'s figures over a run's batches, one at a time: each
+    judge's spreads in row order, the most repeats, the judgments straddling."""
+
+    def __init__(self) -> None:
+        self._judges: dict[str, _Stability] = {}
+
+    def add(self, judgments: Mapping[str, pd.DataFrame]) -> None:
+        for judge, table in judgments.items():
+            if not len(table) or "score_std" not in table.columns:
+                continue
+            figures = self._judges.setdefault(judge, _Stability())
+            ok = table[table["status"] == "ok"]
+            figures.spreads += [sum(std.values()) / len(std)
+                                for std in map(_json, ok["score_std"]) if std]
+            if "repeats_ok" in ok.columns:
+                figures.has_repeats = True
+                if len(ok):
+                    figures.repeats.append(ok["repeats_ok"].max())
+            if "straddles" in ok.columns:
+                figures.has_straddles = True
+                figures.straddling += int(ok["straddles"].sum())
+
+    def rows(self) -> list[list[Any]]:
+        rows = []
+        for judge, figures in sorted(self._judges.items()):
+            spreads = figures.spreads
+            if not spreads:
+                continue
+            repeats = (int(pd.Series(figures.repeats, dtype="float64").max())
+                       if figures.has_repeats and figures.repeats else None)
+            straddling = figures.straddling if figures.has_straddles else None
+            rows.append([judge, repeats, len(spreads), sum(spreads) / len(spreads),
+                         straddling])
+        return rows
+
+
+def stability_section(judgments: Mapping[str, pd.DataFrame] | StabilityFigures
+                      ) -> Section | None:
     """Each judge's mean per-clip spread across its repeats (``repeats: N``): per ok row
     with two or more answering repeats, the mean of its metrics' standard deviations,
     averaged over those rows (as the judgments asset's ``mean_per_clip_std``), and how
     many judgments straddle the pass threshold. Left out when no judge repeats."""
-    rows = []
-    for judge, table in sorted(judgments.items()):
-        if not len(table) or "score_std" not in table.columns:
-            continue
-        ok = table[table["status"] == "ok"]
-        spreads = [sum(std.values()) / len(std) for std in map(_json, ok["score_std"]) if std]
-        if not spreads:
-            continue
-        repeats = (int(ok["repeats_ok"].max()) if "repeats_ok" in ok.columns and len(ok)
-                   else None)
-        straddling = int(ok["straddles"].sum()) if "straddles" in ok.columns else None
-        rows.append([judge, repeats, len(spreads), sum(spreads) / len(spreads), straddling])
+    figures = judgments if isinstance(judgments, StabilityFigures) else StabilityFigures()
+    if not isinstance(judgments, StabilityFigures):
+        figures.add(judgments)
+    rows = figures.rows()
     if not rows:
         return None
     return Section("Judge stability across repeats", [
@@ -367,26 +418,107 @@ def stability_section(judgments: Mapping[str, pd.DataFrame]) -> Section | None:
                "straddling"], rows)])
 
 
+SCORE_COLUMNS = ["judge", "trajectory_id", "clip_index", "tool_type", "score", "text"]
+LOWEST_ROWS = 10
+"""Lowest-scored clips listed with their judge's text."""
+
+
+def _clip_score_rows(table: pd.DataFrame) -> Iterator[tuple[Any, int, Any, float, str]]:
+    """A judge's rubric score per clip (the mean of its metrics) and its text:
+    (trajectory id, clip index, tool type, score, text)."""
+    if not len(table):
+        return
+    ok = table[(table["status"] == "ok") & (table["evaluation_kind"] == EVAL_KIND_CLIP)]
+    for r in ok.to_dict("records"):
+        values = [float(v) for v in _json(r["scores"]).values() if v is not None]
+        if values:
+            yield (r["trajectory_id"], int(r["clip_index"]), r["tool_type"],
+                   sum(values) / len(values), r.get("summary") or r.get("reasoning") or "")
+
+
 def clip_scores(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Each judge's rubric score per clip (the mean of its metrics), with the judge's text."""
-    rows: list[tuple[Any, ...]] = []
-    for judge, table in sorted(judgments.items()):
-        if not len(table):
-            continue
-        ok = table[(table["status"] == "ok") & (table["evaluation_kind"] == EVAL_KIND_CLIP)]
-        for r in ok.to_dict("records"):
-            values = [float(v) for v in _json(r["scores"]).values() if v is not None]
-            if values:
-                rows.append((judge, r["trajectory_id"], int(r["clip_index"]), r["tool_type"],
-                             sum(values) / len(values),
-                             r.get("summary") or r.get("reasoning") or ""))
-    return pd.DataFrame(rows, columns=["judge", "trajectory_id", "clip_index", "tool_type",
-                                       "score", "text"])
+    rows = [(judge, *row) for judge, table in sorted(judgments.items())
+            for row in _clip_score_rows(table)]
+    return pd.DataFrame(rows, columns=SCORE_COLUMNS)
 
 
-def distribution_section(scores: pd.DataFrame, plot: str | None) -> Section | None:
+class ClipScores:
+    """:func:`clip_scores` over a run's batches, one at a time, kept small (#12.3): per
+    judge the clips' scores and tool types (and, for the judge-vs-judge plot, their
+    trajectory and clip), the :data:`LOWEST_ROWS` lowest-scored clips with their text, and
+    the texts of the clips asked for (:meth:`want_text`); not every clip's text."""
+
+    def __init__(self, judges: Sequence[str]) -> None:
+        self.judges = sorted(judges)
+        self._pairs = len(self.judges) > 1
+        self._tools: dict[str, list[Any]] = {j: [] for j in self.judges}
+        self._scores: dict[str, array[float]] = {j: array("d") for j in self.judges}
+        self._tids: dict[str, list[Any]] = {j: [] for j in self.judges}
+        self._clips: dict[str, array[int]] = {j: array("q") for j in self.judges}
+        self._interned: dict[Any, Any] = {}
+        self._lowest: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        self._wanted: set[tuple[str, str, int]] = set()
+        self.texts: dict[tuple[str, str, int], str] = {}
+
+    def want_text(self, keys: Iterable[tuple[str, str, int]]) -> None:
+        """Keep the text of these (judge, trajectory id, clip index) when they come."""
+        self._wanted |= set(keys)
+
+    def _intern(self, value: Any) -> Any:
+        return self._interned.setdefault(value, value)
+
+    def add(self, judgments: Mapping[str, pd.DataFrame]) -> None:
+        for judge, table in judgments.items():
+            rank = self.judges.index(judge)  # the judges were named at the start
+            for tid, clip, tool, score, text in _clip_score_rows(table):
+                seq = len(self._scores[judge])
+                self._tools[judge].append(self._intern(tool))
+                self._scores[judge].append(score)
+                if self._pairs:
+                    self._tids[judge].append(self._intern(tid))
+                    self._clips[judge].append(clip)
+                key = (str(judge), str(tid), clip)
+                if key in self._wanted:
+                    self.texts[key] = str(text)
+                # the order of sort_values(["score", "trajectory_id", "clip_index"]),
+                # stable: NaN last, ties in row order (judges sorted, then their rows)
+                missing = score != score
+                order = (missing, 0.0 if missing else score, str(tid), clip, rank, seq)
+                if len(self._lowest) < LOWEST_ROWS or order < self._lowest[-1][0]:
+                    self._lowest.append((order, {
+                        "judge": judge, "trajectory_id": tid, "clip_index": clip,
+                        "tool_type": tool, "score": score, "text": text}))
+                    self._lowest.sort(key=lambda item: item[0])
+                    del self._lowest[LOWEST_ROWS:]
+
+    def frame(self) -> pd.DataFrame:
+        """The scores as :func:`clip_scores` has them, without the texts (and without
+        trajectories and clips when there is one judge: no pair of judges to plot)."""
+        judges = [j for j in self.judges for _ in range(len(self._scores[j]))]
+        frame = pd.DataFrame({
+            "judge": judges,
+            "trajectory_id": [t for j in self.judges for t in self._tids[j]]
+            if self._pairs else [None] * len(judges),
+            "clip_index": [c for j in self.judges for c in self._clips[j]]
+            if self._pairs else [0] * len(judges),
+            "tool_type": [t for j in self.judges for t in self._tools[j]],
+            "score": [x for j in self.judges for x in self._scores[j]],
+        }, columns=SCORE_COLUMNS[:-1])
+        if not len(frame):
+            return pd.DataFrame([], columns=SCORE_COLUMNS)
+        frame["score"] = frame["score"].astype("float64")
+        return frame
+
+    def lowest(self) -> list[dict[str, Any]]:
+        return [row for _order, row in self._lowest]
+
+
+def distribution_section(scores: pd.DataFrame, plot: str | None,
+                         lowest: Sequence[Mapping[str, Any]] | None = None) -> Section | None:
     """Clip scores per judge and tool type, and the lowest-scored clips with the judge's
-    summary (where a reader starts looking)."""
+    summary (where a reader starts looking): ``lowest``, else the first
+    :data:`LOWEST_ROWS` of ``scores`` (with its ``text``) by score."""
     if not len(scores):
         return None
     stats = (scores.groupby(["judge", "tool_type"], sort=True)["score"]
@@ -397,11 +529,14 @@ def distribution_section(scores: pd.DataFrame, plot: str | None) -> Section | No
           float(r["max"])] for r in stats.to_dict("records")])])
     if plot:
         section.blocks.append(Image(plot, "clip score distribution per judge and tool type"))
-    lowest = scores.sort_values(["score", "trajectory_id", "clip_index"]).head(10)
+    shown: Sequence[Mapping[Any, Any]] = (
+        lowest if lowest is not None
+        else scores.sort_values(["score", "trajectory_id", "clip_index"]).head(
+            LOWEST_ROWS).to_dict("records"))
     section.blocks += [Text("Lowest-scored clips:"), Table(
         ["judge", "trajectory", "clip", "tool type", "score", "judge's summary"],
         [[r["judge"], r["trajectory_id"], r["clip_index"], r["tool_type"], r["score"],
-          _clip(r["text"])] for r in lowest.to_dict("records")])]
+          _clip(r["text"])] for r in shown])]
     return section
 
 
@@ -458,31 +593,98 @@ def _plots(scores: pd.DataFrame, agreement: pd.DataFrame | None, folder: Path) -
     return drawn
 
 
-def report_sections(tables: Mapping[str, pd.DataFrame], routing_text: str | None = None,
-                    plots: Sequence[str] = (), compare_md: Path | None = None,
-                    base: Path = Path(".")) -> list[Section]:
-    """Every section that has data, in reading order; ``plots`` are the PNG names drawn."""
-    report = tables.get("evaluation_report")
-    agreement = tables.get("judge_agreement")
+AGREEMENT_COMPARISONS = ("between_judges", "step_label", "outcome")
+"""The judge_agreement rows the report shows (and the confusion plot counts)."""
+
+
+@dataclass
+class ReportData:
+    """Everything the document is drawn from, small whatever the run's size (#12.3): the
+    report table, the agreement rows it shows, the review items, the clip scores without
+    their texts, the lowest-scored clips and the review items' texts."""
+
+    report: pd.DataFrame | None
+    agreement: pd.DataFrame | None
+    review: list[dict[str, Any]]
+    review_total: int
+    judge_text: dict[tuple[str, str, int], str]
+    scores: pd.DataFrame
+    lowest: list[dict[str, Any]]
+    stability: StabilityFigures
+    routing_text: str | None
+
+
+class ReportBuilder:
+    """:class:`ReportData` from a run's batches, one at a time: :meth:`add` each batch's
+    judgments (by judge name), judge_agreement and judge_disagreements, in the run's
+    order and as the concatenated tables hold their values; :meth:`finish` with the
+    report table and the routing report."""
+
+    def __init__(self, judges: Sequence[str]) -> None:
+        self.scores = ClipScores(judges)
+        self.stability = StabilityFigures()
+        self._agreement: list[pd.DataFrame] = []
+        self._review: list[dict[str, Any]] = []
+        self._review_total = 0
+
+    def add(self, judgments: Mapping[str, pd.DataFrame],
+            agreement: pd.DataFrame | None = None,
+            disagreements: pd.DataFrame | None = None) -> None:
+        if agreement is not None and len(agreement) and "comparison" in agreement.columns:
+            shown = agreement[agreement["comparison"].isin(AGREEMENT_COMPARISONS)]
+            if len(shown):
+                self._agreement.append(shown)
+        review = review_rows(disagreements)
+        self._review_total += len(review)
+        wanted = review[:max(0, REVIEW_ROWS - len(self._review))]
+        self._review += wanted
+        self.scores.want_text(_text_key(r) for r in wanted if r.get("clip_index") is not None)
+        self.scores.add(judgments)
+        self.stability.add(judgments)
+
+    def finish(self, report: pd.DataFrame | None, routing_text: str | None) -> ReportData:
+        agreement = (pd.concat(self._agreement, ignore_index=True) if len(self._agreement) > 1
+                     else self._agreement[0] if self._agreement else None)
+        return ReportData(report=report, agreement=agreement, review=self._review,
+                          review_total=self._review_total, judge_text=self.scores.texts,
+                          scores=self.scores.frame(), lowest=self.scores.lowest(),
+                          stability=self.stability, routing_text=routing_text)
+
+
+def report_data(tables: Mapping[str, pd.DataFrame], routing_text: str | None = None
+                ) -> ReportData:
+    """:class:`ReportData` from whole tables (an output folder's, or one run's)."""
     judgments = {n[len("judgments__"):]: t for n, t in tables.items()
                  if n.startswith("judgments__")}
-    scores = clip_scores(judgments)
-    judge_text = {(str(j), str(t), int(c)): str(x) for j, t, c, x in zip(
-        scores["judge"], scores["trajectory_id"], scores["clip_index"], scores["text"],
-        strict=True)}
+    builder = ReportBuilder(list(judgments))
+    builder.add(judgments, tables.get("judge_agreement"), tables.get("judge_disagreements"))
+    return builder.finish(tables.get("evaluation_report"), routing_text)
+
+
+def sections_of(data: ReportData, plots: Sequence[str] = (), compare_md: Path | None = None,
+                base: Path = Path(".")) -> list[Section]:
+    """Every section that has data, in reading order; ``plots`` are the PNG names drawn."""
 
     def img(name: str) -> str | None:
         return f"{PLOTS_DIR}/{name}" if name in plots else None
 
+    report = data.report
     found = [metrics_section(report), react_section(report),
-             assessments_section(report), routing_section(report, routing_text),
-             distribution_section(scores, img(SCORE_PLOT)),
-             stability_section(judgments),
-             agreement_section(agreement, img(SCATTER_PLOT)),
-             human_section(report, agreement, tables.get("judge_disagreements"), judge_text,
-                           img(CONFUSION_PLOT)),
+             assessments_section(report), routing_section(report, data.routing_text),
+             distribution_section(data.scores, img(SCORE_PLOT), data.lowest),
+             stability_section(data.stability),
+             agreement_section(data.agreement, img(SCATTER_PLOT)),
+             human_section(report, data.agreement, data.review, data.review_total,
+                           data.judge_text, img(CONFUSION_PLOT)),
              comparison_section(compare_md, base)]
     return [s for s in found if s is not None]
+
+
+def report_sections(tables: Mapping[str, pd.DataFrame], routing_text: str | None = None,
+                    plots: Sequence[str] = (), compare_md: Path | None = None,
+                    base: Path = Path(".")) -> list[Section]:
+    """Every section that has data, in reading order; ``plots`` are the PNG names drawn."""
+    return sections_of(report_data(tables, routing_text), plots, compare_md, base)
 
 
 def routing_text_of(tables: Mapping[str, pd.DataFrame]) -> str | None:
@@ -499,35 +701,38 @@ def routing_text_of(tables: Mapping[str, pd.DataFrame]) -> str | None:
     return render_report(results_from_table(routing, prompts))
 
 
-def write_report_document(tables: Mapping[str, pd.DataFrame], output: Path,
-                          compare: Path | None = None) -> list[str]:
+def write_report_files(data: ReportData, output: Path, compare: Path | None = None
+                       ) -> list[str]:
     """Write ``report.md``, ``report.html`` and ``plots/`` into ``output``; the names
     written. ``compare``: a ``compare.md`` (or the folder holding it) to include; by default
     the one in ``output`` when the ``compare`` verb wrote one there."""
     compare_md = compare / COMPARE_MD if compare is not None and compare.is_dir() else compare
     if compare_md is None and (output / COMPARE_MD).is_file():
         compare_md = output / COMPARE_MD
-    judgments = {n[len("judgments__"):]: t for n, t in tables.items()
-                 if n.startswith("judgments__")}
     drawn: list[str] = []
     replace_folder(output / PLOTS_DIR,
-                   lambda folder: drawn.extend(_plots(clip_scores(judgments),
-                                                      tables.get("judge_agreement"), folder)))
+                   lambda folder: drawn.extend(_plots(data.scores, data.agreement, folder)))
     if not drawn:
         shutil.rmtree(output / PLOTS_DIR, ignore_errors=True)
-    sections = report_sections(tables, routing_text_of(tables), drawn, compare_md, output)
+    sections = sections_of(data, drawn, compare_md, output)
     title = f"Evaluation report: {output.resolve().name}"
     written = []
     for name, text in ((REPORT_MD, render_markdown(sections, title)),
                        (REPORT_HTML, render_html(sections, title))):
-        data = text.encode("utf-8")
+        encoded = text.encode("utf-8")
 
-        def write(fh: BinaryIO, data: bytes = data) -> None:
+        def write(fh: BinaryIO, data: bytes = encoded) -> None:
             fh.write(data)
 
         write_atomic(output / name, write)
         written.append(name)
     return written + [f"{PLOTS_DIR}/{name}" for name in drawn]
+
+
+def write_report_document(tables: Mapping[str, pd.DataFrame], output: Path,
+                          compare: Path | None = None) -> list[str]:
+    """:func:`write_report_files` from whole tables (see :func:`report_data`)."""
+    return write_report_files(report_data(tables, routing_text_of(tables)), output, compare)
 
 
 def load_report_tables(output_dir: Path) -> dict[str, pd.DataFrame]:
@@ -566,7 +771,7 @@ def report_metadata_markdown(report: pd.DataFrame) -> str:
     metadata beside :func:`~eval_pipeline.report.report_markdown`, cut at
     :data:`METADATA_LIMIT`."""
     found = [react_section(report), assessments_section(report),
-             routing_section(report, None), human_section(report, None, None, {}, None)]
+             routing_section(report, None), human_section(report, None, [], 0, {}, None)]
     text = render_markdown([s for s in found if s is not None]) if any(found) else ""
     if len(text) > METADATA_LIMIT:
         cut = text.rfind("\n", 0, METADATA_LIMIT)
