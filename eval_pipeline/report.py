@@ -148,7 +148,7 @@ class BatchReport:
     The ``ALL`` row's means and sums depend on every trajectory's figures in order (float
     sums are not associative), so they cannot be pooled from the batch rows; ``figures``
     holds them compactly: the summary columns the row reads, and of the metadata only what
-    the row reads (a third of its size on the corpora), so a report over many batches
+    the row reads (a fifth of its size on the corpora), so a report over many batches
     recomputes no batch row and decodes less (#12.5)."""
 
     row: dict[str, Any]
