@@ -222,8 +222,9 @@ def test_preprocess_only_materializes_ingest_and_writes_the_originals_file(
     kept = pd.read_parquet(out / "preprocessed_trajectories.parquet")
     removed = pd.read_parquet(out / "preprocess_report.parquet")
     raw = pd.read_parquet(out / "raw_trajectories.parquet")
-    stats = preprocessing_statistics({"raw_trajectories": raw, "preprocess_report": removed,
-                                      "preprocessed_trajectories": kept})
+    stats = preprocessing_statistics(RunFigures.of_tables({
+        "raw_trajectories": raw, "preprocess_report": removed,
+        "preprocessed_trajectories": kept}))
     assert stats.render() in printed.out and stats.total == len(kept) + len(removed) > 0
     lines = (out / "sample_agent_runs_preprocessed.jsonl").read_text("utf-8").splitlines()
     records = [json.loads(line) for line in lines]

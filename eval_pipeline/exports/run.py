@@ -40,7 +40,6 @@ from typing import Any, BinaryIO
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from eval_pipeline.atomic import (
     atomic_file,
@@ -81,6 +80,8 @@ from eval_pipeline.exports.tables import (
     as_concatenated,
     asset_parts,
     like_concatenated,
+    read_part,
+    to_frame,
 )
 from eval_pipeline.report import REPORT_COLUMNS, REPORT_INPUT_COLUMNS, report_row
 
@@ -204,8 +205,7 @@ class _Export:
                     part = by_key.get(key)
                     if part is None:
                         continue
-                    with part.path.open("rb") as src:
-                        arrow[name] = pq.read_table(src)
+                    arrow[name] = read_part(part.path)
                     writers[name].add(arrow[name])
                 self._batch(_Batch(arrow, self.tables), details, details_dir, csv_parts)
             for filename, content in details.rest().items():
@@ -228,10 +228,8 @@ class _Export:
             prefix = JUDGMENTS_PREFIX if name.startswith(JUDGMENTS_PREFIX) else name
             if prefix in FIGURE_COLUMNS and batch.rows(name):
                 self.figures.add(name, batch.frame(name, FIGURE_COLUMNS[prefix], exact=True))
-        trajectories = batch.frame(TRAJECTORIES, _TRAJECTORY_COLUMNS)
+        trajectories = batch.frame(TRAJECTORIES)
         info = trajectory_info(trajectories)
-        if any(t.step_span_ids for t in info.values()):
-            trajectories = batch.frame(TRAJECTORIES, [*_TRAJECTORY_COLUMNS, "steps"])
         clips = batch.frame("clips")
         judgments = {j: batch.frame(JUDGMENTS_PREFIX + j) for j in self.judges
                      if JUDGMENTS_PREFIX + j in batch.names}
@@ -351,9 +349,7 @@ class _Export:
             Parts(kept).write(folder / f"{kind}.parquet", sync=False, transform=taken)
             with (folder / f"{kind}.csv").open("w", encoding="utf-8", newline="") as fh:
                 for i, part in enumerate(kept):
-                    with part.path.open("rb") as src:
-                        frame = pq.read_table(src)
-                    chunk = taken(part, frame).to_pandas()
+                    chunk = to_frame(taken(part, read_part(part.path)))
                     chunk.to_csv(fh, index=True, header=i == 0, quoting=csv.QUOTE_MINIMAL,
                                  lineterminator="\n")
         manifest = [entries[kind].model_dump() for kind in EVAL_NAMES]
@@ -426,13 +422,24 @@ def evaluated_lines(ordered: pd.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
+_CONVERTED: dict[str, list[str]] = {
+    "raw_trajectories": ["source_format"], "quarantine": ["reason"],
+    "preprocess_report": ["reason"], TRAJECTORIES: _TRAJECTORY_COLUMNS,
+    SUMMARIES: _SUMMARY_COLUMNS,
+}
+"""The columns the first pass converts to pandas of these tables (of the others, all):
+never the texts no export of that pass reads (the responses, a trajectory's steps unless
+it carries span ids)."""
+
+
 class _Batch:
-    """One batch's tables as read (Arrow), and DataFrames of them with the values and
-    dtypes the concatenated tables have."""
+    """One batch's tables as read (Arrow), and each converted to a DataFrame once, with
+    the values and dtypes the concatenated tables have."""
 
     def __init__(self, arrow: dict[str, pa.Table], tables: Mapping[str, Parts]) -> None:
         self._arrow = arrow
         self._tables = tables
+        self._frames: dict[str, pd.DataFrame] = {}
 
     @property
     def names(self) -> list[str]:
@@ -441,18 +448,41 @@ class _Batch:
     def rows(self, name: str) -> int:
         return self._arrow[name].num_rows if name in self._arrow else 0
 
-    def frame(self, name: str, columns: Sequence[str] | None = None,
-              exact: bool = False) -> pd.DataFrame:
-        """``name``'s DataFrame (empty when the batch has no file for it); ``exact``:
-        every column in the concatenation's dtype (for rows kept across batches), else
-        only the values made equal (:func:`like_concatenated`)."""
+    def _converted(self, name: str) -> pd.DataFrame:
+        if name in self._frames:
+            return self._frames[name]
         table = self._arrow.get(name)
         if table is None:  # no file for this batch: the table's columns, no rows
             if name not in self._tables:
                 return pd.DataFrame()
             table = self._tables[name].schema.empty_table()
+        columns = _CONVERTED.get(name)
+        if name == TRAJECTORIES and _has_span_ids(table):
+            columns = [*_TRAJECTORY_COLUMNS, "steps"]  # for the clips' span ids
         if columns is not None:
             table = table.select([c for c in columns if c in table.column_names])
-        frame = table.to_pandas()  # as pd.read_parquet converts (pyarrow >= 19, pandas 3)
-        dtypes = self._tables[name].dtypes
-        return as_concatenated(frame, dtypes) if exact else like_concatenated(frame, dtypes)
+        frame = like_concatenated(to_frame(table), self._tables[name].dtypes)
+        self._frames[name] = frame
+        return frame
+
+    def frame(self, name: str, columns: Sequence[str] | None = None,
+              exact: bool = False) -> pd.DataFrame:
+        """``name``'s DataFrame (only ``columns``; empty when the batch has no file for
+        it); ``exact``: every column in the concatenation's dtype (for rows kept across
+        batches), else only the values made equal (:func:`like_concatenated`)."""
+        frame = self._converted(name)
+        if columns is not None:
+            frame = frame[[c for c in columns if c in frame.columns]]
+        if exact and name in self._tables:
+            frame = as_concatenated(frame, self._tables[name].dtypes)
+        return frame
+
+
+def _has_span_ids(trajectories: pa.Table) -> bool:
+    """Whether any trajectory's ``extra`` names step span ids (read as text, not decoded)."""
+    if "extra" not in trajectories.column_names:
+        return False
+    extra = trajectories.column("extra")
+    if not (pa.types.is_string(extra.type) or pa.types.is_large_string(extra.type)):
+        return False
+    return bool(pc.any(pc.match_substring(extra, "step_span_ids")).as_py())
