@@ -38,6 +38,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
 SUMMARIES_FILE = "trajectory_summaries.parquet"
@@ -262,13 +263,21 @@ def compare_tables(a: pd.DataFrame, b: pd.DataFrame, metrics: Sequence[str] | No
                       confidence=CONFIDENCE, pairing=pairing, metrics=results)
 
 
+READ_COLUMNS = ("task_id", "trajectory_id", "agent_version", "evaluation_metadata",
+                *SCORE_COLUMNS)
+"""The summary columns a comparison reads: not the responses with their evaluations, nearly
+all of a summaries file's bytes (#12.3: a big run's file is compared without them)."""
+
+
 def read_summaries(path: Path) -> pd.DataFrame:
-    """A run's output folder (its ``trajectory_summaries.parquet``) or a Parquet file."""
+    """A run's output folder (its ``trajectory_summaries.parquet``) or a Parquet file:
+    the :data:`READ_COLUMNS` it has."""
     file = path / SUMMARIES_FILE if path.is_dir() else path
     if not file.is_file():
         raise CompareError(f"no trajectory summaries at {file} (give a run's --output "
                            "folder or a trajectory_summaries Parquet file)")
-    return pd.read_parquet(file)
+    present = set(pq.read_schema(file).names)
+    return pd.read_parquet(file, columns=[c for c in READ_COLUMNS if c in present])
 
 
 def split_by_agent_version(path: Path, version_a: str, version_b: str

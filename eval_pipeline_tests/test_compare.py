@@ -278,3 +278,22 @@ def test_fail_on_worse_gates_a_regression_and_nothing_else(tmp_path, capsys):
         assert main(args) == 0  # without the flag a verdict is information, not failure
         err = capsys.readouterr().err
         assert ("worse in B: overall_trajectory_score" in err) == (code != 0)
+
+
+def test_a_run_is_read_without_its_responses_and_compares_the_same(tmp_path):
+    """#12.3: a big run's summaries are compared without loading the responses (nearly all
+    of the file): the same comparison as on the whole table."""
+    a, b = _shifted_pair(0.05)
+    for table in (a, b):
+        table["full_response_with_evaluations"] = "<clip_evaluation>x</clip_evaluation>" * 50
+        table["raw_response"] = "r" * 500
+        table["sequence_optimality"] = np.where(np.arange(len(table)) % 2, 1.0, np.nan)
+    for name, table in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        table.to_parquet(tmp_path / name / compare.SUMMARIES_FILE)
+    read_a, read_b = (compare.read_summaries(tmp_path / n) for n in ("a", "b"))
+    assert "full_response_with_evaluations" not in read_a.columns
+    assert "raw_response" not in read_b.columns
+    assert {"task_id", "overall_trajectory_score", "sequence_optimality"} <= set(read_a)
+    assert (compare_tables(read_a, read_b).model_dump()
+            == compare_tables(a, b).model_dump())
