@@ -30,18 +30,8 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], object], *, sync: bool 
     half-written file (a crashed process leaves the old one), only a power loss may (the
     trade the event log's ``synchronous=NORMAL`` makes too; used for the asset Parquet,
     where it was a tenth of a CLI run's graph time, #12.4)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_beside(path)
-    try:
-        with tmp.open("wb") as fh:
-            write(fh)
-            fh.flush()
-            if sync:
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_file(path, sync=sync) as fh:
+        write(fh)
 
 
 @contextmanager
