@@ -4,7 +4,8 @@ Per call, in order: the cache (a hit costs nothing and takes no slot), the circu
 breaker, the budget, then the provider through the judge's :class:`CallLimiter` with
 retries. An answer that is not valid earns one repair attempt (the error goes back to the
 model); after that the row fails with the error and the raw answer. A failed row never
-carries a score.
+carries a score. A valid answer is in the cache before its call gives its slot back, so
+a crash loses at most the calls holding a slot (the judge's concurrency).
 
 What the breaker hears: a provider that answered (even with an unusable answer) is a
 success; a call that still failed after its retries (5xx, timeout, connection error) is a
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,14 +131,23 @@ async def _score(judge: Judge, request: JudgeRequest) -> JudgeReply:
         raise TransientJudgeError(f"malformed response body (not JSON): {exc}") from None
 
 
+Keep = Callable[[JudgeReply], Awaitable[None]]
+
+
 async def _send(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime, tally: _Tally,
-                priority: float) -> JudgeReply:
+                priority: float, keep: Keep | None = None) -> JudgeReply:
     """Send one request, retrying transient failures, holding a slot only while in flight.
 
     After a 5xx, timeout or connection error the request keeps its slot through the
     backoff: a struggling provider gets no more load from us, and the breaker hears of
     ``threshold`` failed requests before more are tried. After a 429 it gives the slot
     back (the limiter has halved the concurrency) and waits outside.
+
+    ``keep(reply)`` (the cache write) runs before the slot is given back, so a reply
+    is in the cache before the next request can be sent: a process killed at any moment
+    has lost at most the judge's concurrency of answered calls, those holding a slot.
+    Written after the release, a finished call's write could wait behind the next call
+    (on the writer thread, on another process's lock), and a crash lost those too.
     """
     estimated = estimate_tokens(request.system_prompt, request.user_prompt) + runtime.max_tokens
     limiter = runtime.limiter or CallLimiter(1 << 30)
@@ -162,15 +173,19 @@ async def _send(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime, tall
                     limiter.succeeded()  # the provider answered; the model was wrong
                     raise
                 limiter.succeeded()
+                tally.tokens_in += reply.tokens_in
+                tally.tokens_out += reply.tokens_out
+                if keep is not None:
+                    await keep(reply)
                 return reply
         await asyncio.sleep(wait)
 
 
 async def _call(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime, tally: _Tally,
-                priority: float) -> JudgeReply:
+                priority: float, keep: Keep | None = None) -> JudgeReply:
     """:func:`_send`, telling the breaker how it went."""
     try:
-        reply = await _send(judge, request, runtime, tally, priority)
+        reply = await _send(judge, request, runtime, tally, priority, keep)
     except InvalidOutput as exc:
         tally.tokens_in += exc.tokens_in
         tally.tokens_out += exc.tokens_out
@@ -186,8 +201,6 @@ async def _call(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime, tall
     except JudgeError as exc:
         runtime.breaker.record_failure(str(exc))
         raise
-    tally.tokens_in += reply.tokens_in
-    tally.tokens_out += reply.tokens_out
     runtime.breaker.record_success()
     return reply
 
@@ -275,9 +288,24 @@ async def _judge_uncached(judge: Judge, request: JudgeRequest, runtime: JudgeRun
                           error=f"invalid output: {first_error}; repair not attempted: "
                                 f"{runtime.budget.refusal_reason()}")
         spent_before = runtime.cost(tally.tokens_in, tally.tokens_out)
+        kept: dict[str, float] | None = None
+
+        async def keep(reply: JudgeReply) -> None:
+            """Validate the reply and cache it if valid; runs while the call holds its
+            slot (see :func:`_send`). An invalid reply is not cached: it is refused
+            below, with its tokens counted, and earns the repair attempt."""
+            nonlocal kept
+            try:
+                kept = validate_reply(reply, request.metrics, request.labels)
+            except InvalidReply:
+                return
+            if key is not None and runtime.cache is not None:
+                await runtime.cache.aput(key, judge.name, judge.model, reply)
+
         try:
-            reply = await _call(judge, attempt_request, runtime, tally, priority)
-            scores = validate_reply(reply, request.metrics, request.labels)
+            reply = await _call(judge, attempt_request, runtime, tally, priority, keep)
+            scores = (kept if kept is not None
+                      else validate_reply(reply, request.metrics, request.labels))
         except (InvalidOutput, InvalidReply) as exc:
             raw = getattr(exc, "raw_response", "") or ""
             if not repair:
@@ -295,7 +323,5 @@ async def _judge_uncached(judge: Judge, request: JudgeRequest, runtime: JudgeRun
         finally:
             await runtime.budget.settle(
                 worst, runtime.cost(tally.tokens_in, tally.tokens_out) - spent_before)
-        if key is not None and runtime.cache is not None:
-            await runtime.cache.aput(key, judge.name, judge.model, reply)
         return finish("ok", reply=reply, scores=scores, repaired=repair)
     raise AssertionError("unreachable")
