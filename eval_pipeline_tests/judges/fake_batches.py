@@ -11,9 +11,13 @@ act makes that line fail with the provider's per-line error shape.
 A batch is ``in_progress`` for ``delay_s`` after it is created, then its lines are answered
 (at the first look after that). Controls: ``expire_next=k`` makes the next batch created
 expire after answering only its first k lines (the rest: ``batch_expired`` on OpenAI,
-``expired`` results on Anthropic); ``hold`` keeps every batch in progress until
-:meth:`release`; ``cancel`` is the providers' cancel endpoint. ``created`` counts batches
-created, ``http`` the batch API's HTTP requests by route, ``lines`` the lines answered.
+``expired`` results on Anthropic); ``fail_next=(code, message)`` makes the next batch
+created fail as a whole without answering a line (OpenAI: status ``failed`` with the
+batch's ``errors``, no output or error file, as when its input is refused; Anthropic, whose
+batches end but never fail: every line ``errored`` with that error); ``hold`` keeps every
+batch in progress until :meth:`release`; ``cancel`` is the providers' cancel endpoint.
+``created`` counts batches created, ``http`` the batch API's HTTP requests by route,
+``lines`` the lines answered.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class _Batch:
     lines: list[dict[str, Any]]  # OpenAI: {custom_id, body}; Anthropic: {custom_id, params}
     created: float
     expire_after: int | None = None
+    fail: tuple[str, str] | None = None  # (code, message): the batch failed as a whole
     cancelled: bool = False
     results: list[dict[str, Any]] | None = None  # per line, once processed
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -69,6 +74,7 @@ class FakeBatches:
         self.server = server
         self.delay_s = delay_s
         self.expire_next: int | None = None
+        self.fail_next: tuple[str, str] | None = None
         self.hold = False
         self.batches: dict[str, _Batch] = {}
         self.files: dict[str, bytes] = {}
@@ -98,6 +104,10 @@ class FakeBatches:
         if batch.results is not None or not self._ready(batch):
             return
         results: list[dict[str, Any]] = []
+        if batch.fail is not None:  # nothing answered, nothing paid
+            batch.results = [{"custom_id": line["custom_id"], "kind": "failed"}
+                             for line in batch.lines]
+            return
         for index, line in enumerate(batch.lines):
             if batch.cancelled:
                 results.append({"custom_id": line["custom_id"], "kind": "cancelled"})
@@ -153,16 +163,20 @@ class FakeBatches:
     def _openai_object(self, batch: _Batch) -> dict[str, Any]:
         self._process(batch)
         done = batch.results is not None
-        status = ("in_progress" if not done else "cancelled" if batch.cancelled
+        status = ("in_progress" if not done else "failed" if batch.fail is not None
+                  else "cancelled" if batch.cancelled
                   else "expired" if batch.expire_after is not None else "completed")
-        results = batch.results or []
+        results = [r for r in batch.results or [] if r["kind"] != "failed"]
+        errors = ({"object": "list", "data": [{"code": batch.fail[0], "message": batch.fail[1],
+                                               "param": None, "line": None}]}
+                  if done and batch.fail is not None else None)
         return {
             "id": batch.id, "object": "batch", "endpoint": "/v1/chat/completions",
-            "errors": None, "input_file_id": batch.input_file_id, "completion_window": "24h",
+            "errors": errors, "input_file_id": batch.input_file_id, "completion_window": "24h",
             "status": status, "output_file_id": batch.output_file_id,
             "error_file_id": batch.error_file_id, "created_at": int(batch.created),
             "metadata": batch.metadata,
-            "request_counts": {"total": len(batch.lines),
+            "request_counts": {"total": 0 if batch.fail is not None else len(batch.lines),
                                "completed": sum(r["kind"] == "ok" for r in results),
                                "failed": sum(r["kind"] != "ok" for r in results)},
         }
@@ -173,7 +187,7 @@ class FakeBatches:
         results = batch.results or []
         counts = {"processing": 0 if done else len(batch.lines),
                   "succeeded": sum(r["kind"] == "ok" for r in results),
-                  "errored": sum(r["kind"] == "error" for r in results),
+                  "errored": sum(r["kind"] in ("error", "failed") for r in results),
                   "canceled": sum(r["kind"] == "cancelled" for r in results),
                   "expired": sum(r["kind"] == "expired" for r in results)}
         created = time.time() - (time.monotonic() - batch.created)
@@ -197,6 +211,10 @@ class FakeBatches:
                 result = {"type": "errored", "error": {"type": "error", "error": {
                     "type": _ANTHROPIC_ERROR.get(r["status"], "api_error"),
                     "message": r["message"]}}}
+            elif r["kind"] == "failed":
+                assert batch.fail is not None
+                result = {"type": "errored", "error": {"type": "error", "error": {
+                    "type": batch.fail[0], "message": batch.fail[1]}}}
             else:
                 result = {"type": "canceled" if r["kind"] == "cancelled" else "expired"}
             out.append(json.dumps({"custom_id": r["custom_id"], "result": result}))
@@ -222,8 +240,9 @@ class FakeBatches:
         self.created += 1
         prefix = "batch_" if self.server.kind == "openai" else "msgbatch_"
         batch = _Batch(id=f"{prefix}{self.created:04d}", lines=lines,
-                       created=time.monotonic(), expire_after=self.expire_next, **extra)
-        self.expire_next = None
+                       created=time.monotonic(), expire_after=self.expire_next,
+                       fail=self.fail_next, **extra)
+        self.expire_next = self.fail_next = None
         self.batches[batch.id] = batch
         return batch
 

@@ -256,3 +256,64 @@ def test_dry_run_shows_live_and_batch_cost_side_by_side():
     assert estimate.judges[1].mode == "batch" and estimate.judges[1].waves == 3 + 2
     table = estimate.to_table()
     assert "batch cost" in table and "mode" in table
+
+
+# What a provider says when a whole batch fails: OpenAI's batch ``errors`` (here its
+# enqueued-token limit), Anthropic's per-line error (its batches end, they never fail).
+WHOLE_BATCH_FAILURE = {
+    "openai": ("token_limit_exceeded", "Enqueued token limit reached for gpt-4.1-mini in "
+               "organization org-fake. Limit: 90,000 enqueued tokens."),
+    "anthropic": ("invalid_request_error", "requests: the batch exceeds the workspace's "
+                  "batch limit"),
+}
+
+
+def _rerun_resubmits(config, tasks, ledger, cache, batches, created: int) -> None:
+    """The next run of the same work submits every judgment again (nothing failed was
+    cached, and the finished job is closed) and gets the server's answers."""
+    again, _ = _until_done(config, tasks, ledger, cache, batches)
+    assert batches.created == created + 1
+    assert len(next(reversed(batches.batches.values())).lines) == len(tasks)
+    assert all(r.status == "ok" and not r.cached for r in again.rows)
+    assert {v for r in again.rows for v in json.loads(r.scores).values()} == {0.8}
+
+
+def test_a_batch_that_fails_as_a_whole_fails_every_row_with_the_providers_error(
+        fake, stores):
+    server, batches = fake
+    ledger, cache = stores
+    tasks = make_tasks(trajectories=3, clips=1)
+    config = _config(server, max_retries=2)
+    code, message = WHOLE_BATCH_FAILURE[server.kind]
+    batches.fail_next = (code, message)
+    state, _ = _until_done(config, tasks, ledger, cache, batches)
+    assert state.state == "done" and len(state.rows) == len(tasks)
+    # Every row of the batch failed, with the provider's reason; no score, no label, no
+    # cost (nothing was answered), and a refused batch is not sent again in this job.
+    for row in state.rows:
+        assert row.status == "failed" and not row.success
+        assert row.scores == "{}" and row.label is None and row.summary == ""
+        assert code in (row.error or "") and message in (row.error or "")
+        assert row.cost_usd == 0 and row.tokens_in == row.tokens_out == 0
+    assert batches.created == 1 and batches.lines == 0 and len(cache) == 0
+    assert state.errored == len(tasks) and state.answered == 0
+    _rerun_resubmits(config, tasks, ledger, cache, batches, created=1)
+
+
+def test_a_batch_that_expires_whole_fails_every_row_once_its_retries_are_spent(
+        fake, stores):
+    server, batches = fake
+    ledger, cache = stores
+    tasks = make_tasks(trajectories=3, clips=1)
+    config = _config(server, max_retries=0)  # an expired line is not sent again
+    batches.expire_next = 0  # the batch expires before it answers a line
+    state, _ = _until_done(config, tasks, ledger, cache, batches)
+    assert state.state == "done" and len(state.rows) == len(tasks)
+    expired = ("batch_expired: This request was expired" if server.kind == "openai"
+               else "request expired before it was processed")
+    for row in state.rows:
+        assert row.status == "failed" and row.scores == "{}" and row.label is None
+        assert expired in (row.error or ""), row.error
+        assert row.cost_usd == 0
+    assert batches.created == 1 and batches.lines == 0 and len(cache) == 0
+    _rerun_resubmits(config, tasks, ledger, cache, batches, created=1)
