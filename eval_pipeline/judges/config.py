@@ -107,7 +107,8 @@ class JudgeConfig(BaseModel):
         description="Ask each judgment this many times (each repeat its own call and cache "
         "entry) to measure the judge's stability: the row keeps the mean over the repeats "
         "that answered, their per-metric standard deviation (score_std) and whether they "
-        "fall on both sides of the pass threshold (straddles). Cost and calls multiply.")
+        "fall on both sides of the pass threshold (straddles). Cost and calls multiply. "
+        "In batch mode the repeats are lines of the same wave, so waves do not.")
     evaluations: list[str] = Field(
         default_factory=lambda: list[str](ALL_EVALUATIONS),
         description="Evaluation kinds this judge produces: clip_rubric, thought_to_tool, "
@@ -450,9 +451,6 @@ def _check_endpoint(judge: JudgeConfig) -> None:
                                   "has no batch API (mode: batch is for openai, anthropic "
                                   "and openai_compatible judges)")
         return
-    if judge.mode == "batch" and judge.repeats > 1:
-        raise JudgesFileError(f"judge {judge.name!r}, field repeats: mode batch asks each "
-                              "judgment once (repeats: 1); use mode: live to measure spread")
     from eval_pipeline.judges.presets import resolve_endpoint
     from eval_pipeline.judges.pricing import price_for
 

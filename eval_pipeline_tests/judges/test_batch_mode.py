@@ -8,8 +8,10 @@ or process has.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from eval_pipeline.judges.batch.ledger import BatchLedger
 from eval_pipeline.judges.cache import JudgeCache
 from eval_pipeline.judges.config import JudgeConfig, JudgesFileError, parse_judges
 from eval_pipeline.judges.estimate import estimate_cost
+from eval_pipeline.judges.repeats import mean_per_clip_std
 from eval_pipeline.judges.requests import build_request
 from eval_pipeline.judges.runner import ClipTask
 from eval_pipeline.rubrics import ALL_EVALUATIONS
@@ -239,9 +242,6 @@ def test_chain_off_sends_everything_in_one_wave(fake, stores):
 def test_batch_mode_is_refused_where_it_cannot_work():
     with pytest.raises(JudgesFileError, match="heuristic judge has no batch API"):
         parse_judges({"judges": [{"name": "h", "mode": "batch"}]})
-    with pytest.raises(JudgesFileError, match="repeats"):
-        parse_judges({"judges": [{"name": "g", "provider": "openai", "mode": "batch",
-                                  "repeats": 2}]})
     with pytest.raises(JudgesFileError, match="mode"):
         parse_judges({"judges": [{"name": "g", "provider": "openai", "mode": "async"}]})
 
@@ -317,3 +317,60 @@ def test_a_batch_that_expires_whole_fails_every_row_once_its_retries_are_spent(
         assert row.cost_usd == 0
     assert batches.created == 1 and batches.lines == 0 and len(cache) == 0
     _rerun_resubmits(config, tasks, ledger, cache, batches, created=1)
+
+
+def test_repeats_go_out_as_one_line_each_in_the_same_waves_and_combine_as_live(fake, stores):
+    """``repeats: 3`` in batch mode: each judgment is three lines of the same wave (the same
+    body, distinct custom_ids), its row combines their answers as live mode does, and the
+    answers are the live repeats' cache entries, so a live run with the same repeats makes
+    no call."""
+    server, batches = fake
+    ledger, cache = stores
+    given = itertools.cycle([0.2, 0.8, 0.5])  # each answered line's rubric scores, in turn
+    server.score_of = lambda prompt: next(given)
+    tasks = make_tasks(trajectories=2, clips=2)
+    config = _config(server, evaluations=list(ALL_EVALUATIONS), repeats=3)
+    parse_judges({"judges": [config.model_dump()]})  # accepted in the judges file
+    state, _ = _until_done(config, tasks, ledger, cache, batches)
+
+    once = _config(server, evaluations=list(ALL_EVALUATIONS))
+    assert state.waves == batches.created == 4  # as asking once: 2 clips + 2 assessments
+    judgments = len(state.rows)
+    assert judgments == 2 * (2 + 2 + 1 + 2 + 1)  # rubric, thought_to_tool, sequence, cat, traj
+    assert batches.lines == state.lines == 3 * judgments
+    for batch in batches.batches.values():
+        ids = [line["custom_id"] for line in batch.lines]
+        assert len(set(ids)) == len(ids)
+        bodies = Counter(json.dumps(line["body"], sort_keys=True) for line in batch.lines)
+        assert set(bodies.values()) == {3}  # every body three times
+    scored = [r for r in state.rows if r.evaluation_kind in
+              ("clip_rubric", "category_assessment", "trajectory_assessment")]
+    assert scored and all(r.status == "ok" and r.repeats_ok == 3 for r in state.rows)
+    for row in scored:  # each judgment's three lines answered 0.2, 0.8 and 0.5 in turn
+        assert list(json.loads(row.scores).values()) == \
+            pytest.approx([0.5] * len(json.loads(row.scores)))
+        std = list(json.loads(row.score_std).values())
+        assert std == pytest.approx([0.244949] * len(std), abs=1e-6) and std
+        assert row.straddles
+    assert mean_per_clip_std(state.rows) is not None
+    # The chain carries repeat 0's summary, as live: clip 1's prompt has clip 0's.
+    rubric = {(r.trajectory_id, r.clip_index): r for r in state.rows
+              if r.evaluation_kind == "clip_rubric"}
+    for trajectory in ("t0", "t1"):
+        assert rubric[(trajectory, 1)].previous_context == \
+            f"[Previous: {rubric[(trajectory, 0)].summary}]"
+    # Three answers paid per judgment, at the batch price.
+    single, _ = _until_done(once, tasks, BatchLedger(ledger.path.with_name("l2.sqlite")),
+                            None, batches)
+    assert sum(r.cost_usd for r in state.rows) == \
+        pytest.approx(3 * sum(r.cost_usd for r in single.rows))
+
+    # A live run with the same repeats finds every repeat in the cache: no call.
+    calls = server.calls
+    live = run(_config(server, mode="live", evaluations=list(ALL_EVALUATIONS), repeats=3),
+               tasks, cache=cache)
+    assert server.calls == calls
+    assert all(r.cached for r in live)
+    assert [(r.trajectory_id, r.clip_index, r.evaluation_kind, r.scores, r.score_std)
+            for r in live] == [(r.trajectory_id, r.clip_index, r.evaluation_kind, r.scores,
+                                r.score_std) for r in state.rows]

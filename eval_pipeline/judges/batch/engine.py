@@ -18,7 +18,12 @@ requests of every trajectory make the next wave. So:
 - once no request is needed and no batch is in flight, the same walk yields the final rows:
   the same judgments table as live mode, its rows' cost at the batch price;
 - every valid answer enters the judge cache as its batch is collected, so a second run (or
-  a live run) pays nothing for it.
+  a live run) pays nothing for it;
+- ``repeats: N`` sends each judgment N times in the same wave, one line per repeat: the
+  same body, its own custom_id, keyed (request and cache) by the repeat index as in live
+  mode, so the repeats' answers are the live repeats' cache entries, and the judgment's one
+  row combines them as live does (:func:`~eval_pipeline.judges.repeats.combine_repeats`;
+  the chain carries repeat 0's summary).
 
 Nothing here waits for a batch: :func:`advance` collects what has ended, submits the next
 wave if it can, and says whether the job is ``done`` or ``pending``. Orchestration (a Dagster
@@ -53,6 +58,7 @@ from eval_pipeline.judges.judgment import JudgeRuntime, judge_one
 from eval_pipeline.judges.limits import CallLimiter
 from eval_pipeline.judges.presets import call_identity, resolve_endpoint
 from eval_pipeline.judges.pricing import batch_price_for
+from eval_pipeline.judges.repeats import combine_repeats
 from eval_pipeline.judges.reply import InvalidReply, validate_reply
 from eval_pipeline.judges.requests import build_react_requests, build_request, chain_context
 from eval_pipeline.judges.retry import RetryPolicy
@@ -140,20 +146,25 @@ class ReplayJudge:
         self.needed: dict[str, tuple[JudgeRequest, str]] = {}  # request key -> (req, cache key)
         self.waiting: set[str] = set()
         self._current_cache_key = ""
+        self._repeat = 0
         self.blocked = 0  # requests without a final answer, counted as the walk meets them
 
     def cache_identity(self) -> dict[str, Any]:
         return self._identity
 
-    def key_of(self, request: JudgeRequest) -> str:
-        return cache_key(self._identity, request)
+    def key_of(self, request: JudgeRequest, repeat: int = 0) -> str:
+        """The key of one request as repeat ``repeat`` of its judgment: the ledger's
+        request key, and the live cache key of that repeat."""
+        return cache_key(self._identity, request, repeat)
 
-    def asking_for(self, cache_key_: str) -> None:
-        """The cache key the judgment being walked stores its answer under."""
+    def asking_for(self, cache_key_: str, repeat: int = 0) -> None:
+        """The cache key the judgment being walked stores its answer under, and which of
+        its repeats this is (its requests, a repair too, are keyed by it)."""
         self._current_cache_key = cache_key_
+        self._repeat = repeat
 
     async def score(self, request: JudgeRequest) -> JudgeReply:
-        key = self.key_of(request)
+        key = self.key_of(request, self._repeat)
         if key in self.answers.in_flight:
             self.waiting.add(key)
             self.blocked += 1
@@ -231,36 +242,51 @@ async def _walk(replay: ReplayJudge, tasks: Sequence[ClipTask], config: JudgeCon
                 if blocked:
                     continue  # this clip needs the summary of one still unanswered
                 context, dropped = chain_context(summaries, runtime.context_budget_chars)
-                request = build_request(task, context)
-                before = replay.blocked
-                replay.asking_for(replay.key_of(request))
-                row = await judge_one(replay, request, runtime, context_dropped=dropped)
-                if replay.blocked > before:
+                judged = await _judgment(replay, build_request(task, context), runtime,
+                                         config.repeats, context_dropped=dropped)
+                if judged is None:
                     blocked = True
                     continue
+                row, summary = judged
                 rows.append(row)
                 by_index[task.clip_index] = row
-                if row.success and row.summary:
-                    summaries.append(row.summary)
+                if summary:
+                    summaries.append(summary)
             if len(by_index) == len(trajectory):  # every clip has its row: the assessments
                 rows += await _assessments(replay, trajectory, by_index, config, runtime)
         for request in build_react_requests(trajectory, config.evaluations):
-            before = replay.blocked
-            replay.asking_for(replay.key_of(request))
-            row = await judge_one(replay, request, runtime)
-            if replay.blocked == before:
-                rows.append(row)
+            judged = await _judgment(replay, request, runtime, config.repeats)
+            if judged is not None:
+                rows.append(judged[0])
     complete = not replay.needed and not replay.waiting
     return rows, complete
 
 
-async def _ask(replay: ReplayJudge, request: JudgeRequest, runtime: JudgeRuntime
-               ) -> JudgmentRow | None:
-    """The row of one request, or None while its answer is not in (it is then needed)."""
+async def _judgment(replay: ReplayJudge, request: JudgeRequest, runtime: JudgeRuntime,
+                    repeats: int, *, context_dropped: int = 0
+                    ) -> tuple[JudgmentRow, str] | None:
+    """The judgment's one row over its ``repeats`` and the summary the chain carries on
+    (repeat 0's, "" when it failed, as live), or None while an answer is not in. Every
+    repeat is asked even when an earlier one is not in, so all of them that are needed go
+    out in the same wave."""
     before = replay.blocked
-    replay.asking_for(replay.key_of(request))
-    row = await judge_one(replay, request, runtime)
-    return None if replay.blocked > before else row
+    rows: list[JudgmentRow] = []
+    for repeat in range(repeats):
+        replay.asking_for(replay.key_of(request, repeat), repeat)
+        rows.append(await judge_one(replay, request, runtime,
+                                    context_dropped=context_dropped, repeat=repeat))
+    if replay.blocked > before:
+        return None
+    first = rows[0]
+    return (first if repeats == 1 else combine_repeats(rows),
+            first.summary if first.success else "")
+
+
+async def _ask(replay: ReplayJudge, request: JudgeRequest, runtime: JudgeRuntime,
+               repeats: int) -> JudgmentRow | None:
+    """The row of one judgment, or None while an answer is not in (it is then needed)."""
+    judged = await _judgment(replay, request, runtime, repeats)
+    return None if judged is None else judged[0]
 
 
 async def _assessments(replay: ReplayJudge, trajectory: Sequence[ClipTask],
@@ -275,7 +301,8 @@ async def _assessments(replay: ReplayJudge, trajectory: Sequence[ClipTask],
     complete = True
     if EVAL_CATEGORY_ASSESSMENT in kinds:
         for category, tasks in categories_of(ordered).items():
-            row = await _ask(replay, category_request(category, tasks, by_index), runtime)
+            row = await _ask(replay, category_request(category, tasks, by_index), runtime,
+                             config.repeats)
             if row is None:
                 complete = False
             else:
@@ -284,7 +311,8 @@ async def _assessments(replay: ReplayJudge, trajectory: Sequence[ClipTask],
     if EVAL_TRAJECTORY_ASSESSMENT in kinds and complete and ordered:
         row = await _ask(replay, trajectory_request(
             ordered, by_index,
-            category_rows if EVAL_CATEGORY_ASSESSMENT in kinds else None), runtime)
+            category_rows if EVAL_CATEGORY_ASSESSMENT in kinds else None), runtime,
+            config.repeats)
         if row is not None:
             rows.append(row)
     return rows
