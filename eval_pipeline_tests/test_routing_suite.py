@@ -301,6 +301,66 @@ def test_an_error_after_a_call_keeps_the_calls_made_but_gives_no_verdict(server)
     assert "bad second turn" in (outcome.error or "")
 
 
+# -- the judges' circuit breaker and budget ------------------------------------------------
+
+def _cases(count: int, expected: list[str] | None = None) -> RoutingSuite:
+    """``count`` one-turn cases; by default each expects no call (a text answer passes)."""
+    return parse_suite({"name": "s", "tools": [{"name": "a"}, {"name": "b"}],
+                        "cases": [{"name": f"case{i}", "prompt": f"question {i}",
+                                   "expected_tools": expected or []}
+                                  for i in range(count)]})
+
+
+def test_a_failing_provider_opens_the_breaker_and_the_rest_of_the_suite_makes_no_call(server):
+    # Every call fails (5xx, no retries): after 3 in a row the judges' breaker opens, and
+    # the cases not yet done are errors saying so, without calling the dead provider.
+    server.push(*[status(500, message="overloaded")] * 6)
+    result = run(server, _cases(6))
+    assert server.calls == 3
+    errors = [o.error or "" for o in result.outcomes]
+    assert all(o.status == "error" and o.result is None for o in result.outcomes)
+    assert all("HTTP 500" in e and "circuit breaker" not in e for e in errors[:3])
+    assert all(e.startswith("circuit breaker open: 3 consecutive calls failed; last "
+                            "error: HTTP 500") for e in errors[3:]), errors
+    assert (result.passed, result.failed, result.errors) == (0, 0, 6)
+
+
+def test_a_bad_key_opens_the_breaker_at_once_and_stays_unshown(server):
+    server.push(*[status(401, echo_key=True)] * 4)
+    result = run(server, _cases(4))
+    assert server.calls == 1
+    errors = [o.error or "" for o in result.outcomes]
+    assert "HTTP 401" in errors[0]
+    assert all(e.startswith("circuit breaker open:") and "fatal" in e for e in errors[1:])
+    table = suite_table([result])
+    assert KEY not in table.to_json() and KEY not in render_suite_report(result)
+
+
+def test_refusals_are_answers_and_never_open_the_breaker(server):
+    server.push(*[refusal("No.")] * 4, text("fine"))
+    result = run(server, _cases(5))
+    assert server.calls == 5
+    assert [o.status for o in result.outcomes] == ["error"] * 4 + ["pass"]
+    assert all("model refused: No." in (o.error or "") for o in result.outcomes[:4])
+
+
+def test_the_budget_caps_the_suites_spend_and_a_case_past_it_is_an_error(server):
+    # Each answer costs 100 + 400 tokens at $1 a million: $0.0005. Each request's worst
+    # case (its estimated input and all of max_tokens, 500) is reserved first, so with
+    # $0.002 three requests fit and the fourth is not sent.
+    server.tokens_in, server.tokens_out = 100, 400
+    server.push(*[text("nothing to call")] * 4)
+    result = run(server, _cases(4), max_tokens=500, budget_usd=0.002,
+                 input_price_per_mtok=1.0, output_price_per_mtok=1.0)
+    assert server.calls == 3
+    assert [o.status for o in result.outcomes] == ["pass", "pass", "pass", "error"]
+    refused = result.outcomes[3]
+    assert refused.error == ("budget cap reached: $0.0015 spent of $0.0020; call not made")
+    assert refused.result is None and refused.turns == 0 and refused.tokens_in == 0
+    spent = sum(o.cost_usd or 0.0 for o in result.outcomes)
+    assert spent == pytest.approx(0.0015) and spent <= 0.002
+
+
 # -- every mode's edge, hand-written ---------------------------------------------------------
 
 def test_strict_wants_the_messages_grouping_unordered_does_not(server):

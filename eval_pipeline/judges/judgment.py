@@ -20,7 +20,8 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, Protocol, TypeVar
 
 from eval_pipeline.judges._common import estimate_tokens
 from eval_pipeline.judges.base import Judge, JudgeError, JudgeReply, JudgeRequest
@@ -41,7 +42,7 @@ from eval_pipeline.judges.requests import prompt_hash, repair_request
 from eval_pipeline.judges.retry import RetryBudget, RetryPolicy
 from eval_pipeline.judges.rows import JudgmentRow
 
-__all__ = ["JudgeRuntime", "breaker_error", "judge_one"]
+__all__ = ["CallNotMade", "JudgeRuntime", "breaker_error", "guarded_call", "judge_one"]
 
 
 @dataclass
@@ -115,8 +116,23 @@ class _BreakerOpened(Exception):
     """The breaker opened while this request waited: it is not sent."""
 
 
-async def _score(judge: Judge, request: JudgeRequest) -> JudgeReply:
-    """``judge.score``, with a garbled response body counted as the transient fault it is.
+class CallNotMade(JudgeError):
+    """:func:`guarded_call` did not call the provider: its breaker is open, or its budget
+    cannot cover the call's worst case. The message says which, as a judgment's row does."""
+
+
+class _Costed(Protocol):
+    """What a provider's answer says it cost (a :class:`JudgeReply`, a routing turn)."""
+
+    tokens_in: int
+    tokens_out: int
+
+
+R = TypeVar("R", bound=_Costed)
+
+
+async def _attempt(call: Callable[[], Awaitable[R]]) -> R:
+    """``call()``, with a garbled response body counted as the transient fault it is.
 
     The SDKs decode a 200's body themselves and let a body that is not JSON (a proxy's
     error page, a reply mangled on the way) escape as ``json.JSONDecodeError``, which no
@@ -126,16 +142,14 @@ async def _score(judge: Judge, request: JudgeRequest) -> JudgeReply:
     at once, unretried and unseen by the breaker.
     """
     try:
-        return await judge.score(request)
+        return await call()
     except json.JSONDecodeError as exc:
         raise TransientJudgeError(f"malformed response body (not JSON): {exc}") from None
 
 
-Keep = Callable[[JudgeReply], Awaitable[None]]
-
-
-async def _send(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime, tally: _Tally,
-                priority: float, keep: Keep | None = None) -> JudgeReply:
+async def _send(call: Callable[[], Awaitable[R]], runtime: JudgeRuntime, tally: _Tally,
+                priority: float, estimated_tokens: int,
+                keep: Callable[[R], Awaitable[None]] | None = None) -> R:
     """Send one request, retrying transient failures, holding a slot only while in flight.
 
     After a 5xx, timeout or connection error the request keeps its slot through the
@@ -149,17 +163,16 @@ async def _send(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime, tall
     Written after the release, a finished call's write could wait behind the next call
     (on the writer thread, on another process's lock), and a crash lost those too.
     """
-    estimated = estimate_tokens(request.system_prompt, request.user_prompt) + runtime.max_tokens
     limiter = runtime.limiter or CallLimiter(1 << 30)
     retries = RetryBudget(runtime.retry)
     while True:
-        async with limiter.slot(estimated, priority) as ticket:
+        async with limiter.slot(estimated_tokens, priority) as ticket:
             while True:
                 if runtime.breaker.is_open:
                     raise _BreakerOpened
                 tally.attempts += 1
                 try:
-                    reply = await _score(judge, request)
+                    reply = await _attempt(call)
                 except TransientJudgeError as exc:
                     wait = retries.wait_after(exc)
                     if wait is None:
@@ -181,11 +194,12 @@ async def _send(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime, tall
         await asyncio.sleep(wait)
 
 
-async def _call(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime, tally: _Tally,
-                priority: float, keep: Keep | None = None) -> JudgeReply:
+async def _call(call: Callable[[], Awaitable[R]], runtime: JudgeRuntime, tally: _Tally,
+                priority: float, estimated_tokens: int,
+                keep: Callable[[R], Awaitable[None]] | None = None) -> R:
     """:func:`_send`, telling the breaker how it went."""
     try:
-        reply = await _send(judge, request, runtime, tally, priority, keep)
+        reply = await _send(call, runtime, tally, priority, estimated_tokens, keep)
     except InvalidOutput as exc:
         tally.tokens_in += exc.tokens_in
         tally.tokens_out += exc.tokens_out
@@ -203,6 +217,33 @@ async def _call(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime, tall
         raise
     runtime.breaker.record_success()
     return reply
+
+
+async def guarded_call(call: Callable[[], Awaitable[R]], runtime: JudgeRuntime, *,
+                       estimated_input_tokens: int, priority: float = 0.0) -> R:
+    """One provider call that is not a judgment (a routing suite's model turn) through a
+    judge's machinery, so it is guarded as a judge's call is: refused while the circuit
+    breaker is open, and the breaker told how it went (:func:`_call`); the worst case
+    (``estimated_input_tokens`` in, ``max_tokens`` out, at the runtime's price) reserved
+    against the budget first and settled at the actual cost; the limiter's slots,
+    per-minute limits and 429 handling; the retries.
+
+    Raises :class:`CallNotMade` when the breaker is open or the budget cannot cover the
+    call, else whatever the call raised after its retries (a :class:`JudgeError`).
+    """
+    if runtime.breaker.is_open:
+        raise CallNotMade(breaker_error(runtime.breaker))
+    worst = runtime.cost(estimated_input_tokens, runtime.max_tokens)
+    if not await runtime.budget.reserve(worst):
+        raise CallNotMade(runtime.budget.refusal_reason())
+    tally = _Tally()
+    try:
+        return await _call(call, runtime, tally, priority,
+                           estimated_input_tokens + runtime.max_tokens)
+    except _BreakerOpened:
+        raise CallNotMade(breaker_error(runtime.breaker)) from None
+    finally:
+        await runtime.budget.settle(worst, runtime.cost(tally.tokens_in, tally.tokens_out))
 
 
 async def judge_one(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime | None = None,
@@ -303,7 +344,10 @@ async def _judge_uncached(judge: Judge, request: JudgeRequest, runtime: JudgeRun
                 await runtime.cache.aput(key, judge.name, judge.model, reply)
 
         try:
-            reply = await _call(judge, attempt_request, runtime, tally, priority, keep)
+            reply = await _call(partial(judge.score, attempt_request), runtime, tally,
+                                priority, estimate_tokens(attempt_request.system_prompt,
+                                                          attempt_request.user_prompt)
+                                + runtime.max_tokens, keep)
             scores = (kept if kept is not None
                       else validate_reply(reply, request.metrics, request.labels))
         except (InvalidOutput, InvalidReply) as exc:

@@ -75,7 +75,8 @@ class ToolCallingOpenAI(OpenAIJudge):
         choice = completion.choices[0]
         message = choice.message
         if getattr(message, "refusal", None):
-            raise ModelRefused(redact(f"model refused: {message.refusal}", self.secrets))
+            raise ModelRefused(redact(f"model refused: {message.refusal}", self.secrets),
+                               tokens_in=tokens_in, tokens_out=tokens_out)
         if choice.finish_reason == "length":
             # A call's arguments may stop mid-JSON: no choice of tools to check.
             raise InvalidOutput(f"response cut off at max_tokens={self.config.max_tokens}",
@@ -143,7 +144,7 @@ class ToolCallingAnthropic(AnthropicJudge):
                          if getattr(b, "type", None) == "text")
         if message.stop_reason == "refusal":
             raise ModelRefused(redact(f"model refused: {text or 'stop_reason refusal'}",
-                                      self.secrets))
+                                      self.secrets), tokens_in=tokens_in, tokens_out=tokens_out)
         if message.stop_reason == "max_tokens":
             raise InvalidOutput(f"response cut off at max_tokens={self.config.max_tokens}",
                                 raw_response=text, tokens_in=tokens_in, tokens_out=tokens_out)

@@ -8,16 +8,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from eval_pipeline.judges.base import JudgeError
 from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.judges.errors import InvalidOutput
 from eval_pipeline.routing_suite.spec import ToolDefinition
 
 Message = dict[str, Any]
 
 
-class ModelRefused(JudgeError):
+class ModelRefused(InvalidOutput):
     """The model declined to answer (OpenAI ``refusal``, Anthropic ``stop_reason: refusal``):
-    no tool choice to check, so the case has no verdict."""
+    no tool choice to check, so the case has no verdict. An answer not usable, like
+    :class:`InvalidOutput`: the provider answered, so the circuit breaker counts it as a
+    success, never towards opening."""
 
 
 @dataclass

@@ -12,10 +12,16 @@ A case whose model call fails (an HTTP error after the retries, a refusal, an an
 off at ``max_tokens``) has no verdict: it is an ``error`` with the error's text, counted
 apart from the FAILs, never a pass or a fail made up for it.
 
-Requests go through the judges' machinery: the entry's ``concurrency`` (conversations at
-once), its per-minute request and token limits and adaptive 429 handling
-(:class:`~eval_pipeline.judges.limits.CallLimiter`), and the judges' retry policy
-(``max_retries`` failures, 429s bounded by time, Retry-After honoured).
+Requests go through the judges' machinery, one
+:class:`~eval_pipeline.judges.judgment.JudgeRuntime` per suite run built from the entry as a
+judge's is (:func:`~eval_pipeline.judges.judgment.guarded_call`): the entry's
+``concurrency`` (conversations at once), its per-minute request and token limits and
+adaptive 429 handling, the judges' retry policy (``max_retries`` failures, 429s bounded by
+time, Retry-After honoured), the circuit breaker (after repeated failures, or at once on a
+bad key or unknown model, no further call is made: every case not yet done is an
+``error`` saying "circuit breaker open: <reason>", instead of each retrying a dead
+provider) and ``budget_usd`` (each request's worst case reserved before it is sent; a
+case whose next request does not fit is an ``error`` saying "budget cap reached").
 """
 
 from __future__ import annotations
@@ -33,11 +39,9 @@ import pandas as pd
 from eval_pipeline.formats.chat import render_messages
 from eval_pipeline.judges._common import estimate_tokens
 from eval_pipeline.judges.base import JudgeError
-from eval_pipeline.judges.errors import TransientJudgeError, redact
-from eval_pipeline.judges.limits import CallLimiter
-from eval_pipeline.judges.presets import resolve_endpoint
-from eval_pipeline.judges.pricing import price_for
-from eval_pipeline.judges.retry import RetryBudget, RetryPolicy
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.judges.errors import redact
+from eval_pipeline.judges.judgment import JudgeRuntime, guarded_call
 from eval_pipeline.routing import (
     TRAJECTORY_MODES,
     ArgumentMode,
@@ -117,36 +121,31 @@ def _steps(conversation: Sequence[Message]) -> list[Any]:
     return render_messages(list(conversation), default_registry()).steps
 
 
+def suite_runtime(config: JudgeConfig, retry_base_s: float = 0.5,
+                  breaker_threshold: int = 3) -> JudgeRuntime:
+    """The machinery of one suite run, built from the entry as a judge's is (its limiter,
+    retries, breaker, budget and price); fresh per run, as its limiter binds to the running
+    event loop. No cache: a suite measures what the model does today."""
+    return JudgeRuntime.from_config(config, retry_base_s=retry_base_s,
+                                    breaker_threshold=breaker_threshold)
+
+
 async def _ask(model: ToolCallingModel, conversation: Sequence[Message],
-               tools: Sequence[ToolDefinition], limiter: CallLimiter, policy: RetryPolicy
-               ) -> ModelTurn:
-    """One model request through the limiter, retried as a judge's request is."""
-    budget = RetryBudget(policy)
-    while True:
-        estimate = estimate_tokens(json.dumps(list(conversation), ensure_ascii=False))
-        async with limiter.slot(estimate) as ticket:
-            try:
-                turn = await model.turn(conversation, tools)
-            except TransientJudgeError as exc:
-                if exc.rate_limited:
-                    limiter.rate_limited_by(ticket, exc.retry_after)
-                failure = exc
-            else:
-                limiter.succeeded()
-                return turn
-        wait = budget.wait_after(failure)
-        if wait is None:
-            raise failure
-        await asyncio.sleep(wait)
+               tools: Sequence[ToolDefinition], runtime: JudgeRuntime) -> ModelTurn:
+    """One model request, guarded as a judge's request is (:func:`guarded_call`)."""
+    estimate = estimate_tokens(json.dumps(list(conversation), ensure_ascii=False),
+                               json.dumps([t.openai() for t in tools], ensure_ascii=False))
+    return await guarded_call(lambda: model.turn(conversation, tools), runtime,
+                              estimated_input_tokens=estimate)
 
 
 async def run_case(model: ToolCallingModel, suite: RoutingSuite, case: SuiteCase, *,
                    mode: TrajectoryMode = "superset", argument_mode: ArgumentMode = "exact",
-                   limiter: CallLimiter | None = None, policy: RetryPolicy | None = None
-                   ) -> CaseOutcome:
-    """Ask, answer the calls with canned results, repeat; then check the calls made."""
-    limiter = limiter or CallLimiter(model.config.concurrency)
-    policy = policy or RetryPolicy(max_retries=model.config.max_retries)
+                   runtime: JudgeRuntime | None = None) -> CaseOutcome:
+    """Ask, answer the calls with canned results, repeat; then check the calls made.
+    ``runtime``: the suite run's (:func:`suite_runtime`), shared by its cases so its
+    breaker, budget and limits span them; a fresh one for the entry when None."""
+    runtime = runtime or suite_runtime(model.config)
     expected_tools, expected_calls, rules = case.expectation()
     mode, argument_mode = suite.modes_for(case, mode, argument_mode)
     system = case.system if case.system is not None else suite.system
@@ -163,7 +162,7 @@ async def run_case(model: ToolCallingModel, suite: RoutingSuite, case: SuiteCase
             stopped = True
             break
         try:
-            answer = await _ask(model, conversation, suite.tools_for(case), limiter, policy)
+            answer = await _ask(model, conversation, suite.tools_for(case), runtime)
         except JudgeError as exc:
             error = redact(str(exc), getattr(model, "secrets", ()))
             tokens_in += getattr(exc, "tokens_in", 0)
@@ -189,8 +188,7 @@ async def run_case(model: ToolCallingModel, suite: RoutingSuite, case: SuiteCase
             expected_tools, expected_calls, mode, empty_means_no_call=True,
             arguments_are_options=case.arguments_are_options,
             argument_mode=argument_mode, rules=rules, prompt=case.prompt)
-    price = price_for(model.config, model.model,
-                      local=resolve_endpoint(model.config).local)
+    price = runtime.price
     return CaseOutcome(
         suite=suite.name, case=case,
         status="error" if result is None else "pass" if result.passed else "fail",
@@ -207,19 +205,18 @@ async def run_case(model: ToolCallingModel, suite: RoutingSuite, case: SuiteCase
 
 async def run_suite(model: ToolCallingModel, suite: RoutingSuite, *, suite_file: str = "",
                     mode: TrajectoryMode = "superset", argument_mode: ArgumentMode = "exact",
-                    retry_base_s: float = 0.5) -> SuiteRun:
+                    retry_base_s: float = 0.5, breaker_threshold: int = 3) -> SuiteRun:
     """Every case of ``suite``, up to the entry's ``concurrency`` conversations at once
-    (each conversation's requests in order). Outcomes keep the suite's case order."""
+    (each conversation's requests in order). Outcomes keep the suite's case order. One
+    runtime for the run: its breaker, budget and limits span every case."""
     config = model.config
-    limiter = CallLimiter(config.concurrency, config.requests_per_minute,
-                          config.tokens_per_minute)
-    policy = RetryPolicy(max_retries=config.max_retries, base_delay_s=retry_base_s)
+    runtime = suite_runtime(config, retry_base_s, breaker_threshold)
     conversations = asyncio.Semaphore(config.concurrency)
 
     async def one(case: SuiteCase) -> CaseOutcome:
         async with conversations:
             return await run_case(model, suite, case, mode=mode, argument_mode=argument_mode,
-                                  limiter=limiter, policy=policy)
+                                  runtime=runtime)
 
     outcomes = await asyncio.gather(*(one(c) for c in suite.cases))
     run_mode, run_argument_mode = suite.match_mode or mode, suite.argument_mode or argument_mode
