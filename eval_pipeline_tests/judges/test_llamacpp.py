@@ -12,15 +12,10 @@ ok with scores in [0, 1] or failed with its error, and every path must get some 
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
-import httpx
 import pandas as pd
 import pytest
 
@@ -90,12 +85,6 @@ MAX_TOKENS = {"json_schema": 160, "json_object": 96, None: 96, "text": 48}
 MUST_HAVE_OK = {name for name, *_ in PATHS}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The server's root URL; a subprocess, so teardown can end it by its pid.
@@ -104,34 +93,9 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     run (with several slots, llama.cpp batches whatever is in flight together and the
     greedy answers changed between runs: which prose path got its rows ok moved), and
     on 2 cores it is no slower (42 s against 55 s for the module, idle machine)."""
-    port = _free_port()
     log = tmp_path_factory.mktemp("llamacpp") / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, llamacpp_server.__file__, "--port", str(port),
-             "--slots", "1"],
-            stdout=out, stderr=subprocess.STDOUT)
-    root = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama.cpp server exited ({proc.returncode}):\n"
-                            f"{log.read_text(errors='replace')[-3000:]}")
-            try:
-                # 503 {"error": {"message": "Loading model"}} until the model is loaded.
-                if httpx.get(f"{root}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama.cpp server not healthy after 180 s:\n"
-                            f"{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.5)
+    with llamacpp_server.running(log, "--slots", "1") as root:
         yield root
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
 
 
 def _judges_yaml(root: str) -> str:
