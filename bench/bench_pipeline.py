@@ -42,6 +42,7 @@ Run: ``.venv/bin/python bench/bench_pipeline.py [--sections stages,drop,memory,r
   per batch into one instance, to show whether the cost per batch grows with the runs
   already recorded. ``--code DIR`` (repeatable) runs the CLI from other checkouts too (e.g.
   the main branch, for a before/after in one run); the drop section takes ``--code`` too.
+  ``--orch-workers 1 2`` runs each checkout's CLI with one and with two worker processes.
 """
 
 from __future__ import annotations
@@ -407,40 +408,56 @@ def cli_run(code: Path, inputs: Path, home: Path, out: Path, *extra: str) -> flo
     return time.perf_counter() - start
 
 
-def runs_seconds(home: Path) -> float:
-    """The graph's own wall time in a CLI run: the sum of its Dagster runs' start-to-end
-    times, read from the instance (the CLI's start-up, splitting and exports left out)."""
+def runs_seconds(home: Path) -> tuple[float, float]:
+    """The graph's own wall time in a CLI run, read from the instance (the CLI's start-up,
+    splitting and exports left out): the sum of its Dagster runs' start-to-end times, and
+    the batch runs' span (first start to last end, which counts runs executed at once by
+    ``workers`` once, and the gaps between runs) plus the other runs' (the report's) times."""
     code = ("import dagster as dg\n"
             "with dg.DagsterInstance.get() as i:\n"
-            "    print(sum(r.end_time - r.start_time for r in i.get_run_records()\n"
-            "              if r.start_time and r.end_time))")
+            "    rs = [r for r in i.get_run_records() if r.start_time and r.end_time]\n"
+            "    b = [r for r in rs if r.dagster_run.job_name == 'evaluate_batch']\n"
+            "    span = (max(r.end_time for r in b) - min(r.start_time for r in b)) if b else 0\n"
+            "    print(sum(r.end_time - r.start_time for r in rs),\n"
+            "          span + sum(r.end_time - r.start_time for r in rs if r not in b))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "DAGSTER_HOME": str(home)}, check=True)
-    return float(done.stdout.strip().splitlines()[-1])
+    total, span = done.stdout.strip().splitlines()[-1].split()
+    return float(total), float(span)
 
 
-def graph_cpu_run(code: Path, inputs: Path, home: Path, out: Path) -> dict[str, float]:
+def graph_cpu_run(code: Path, inputs: Path, home: Path, out: Path, workers: int = 1
+                  ) -> dict[str, float]:
     """One CLI run (its engine, ``run_pipeline``) from ``code`` in a fresh process and
-    DAGSTER_HOME, with the CPU seconds by kind of work (``graph_cpu.py``), and the graph's
-    wall time from the instance."""
+    DAGSTER_HOME, with ``workers`` processes, the CPU seconds by kind of work
+    (``graph_cpu.py``; one worker only), and the graph's wall time from the instance."""
     env = {**os.environ, "PYTHONPATH": str(code)}
     done = subprocess.run([sys.executable, str(Path(__file__).with_name("graph_cpu.py")),
-                           str(inputs), str(home), str(out)], env=env, check=True,
-                          capture_output=True, text=True)
+                           str(inputs), str(home), str(out), f"--workers={workers}"],
+                          env=env, check=True, capture_output=True, text=True)
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    figures["runs"] = runs_seconds(home)
+    figures["runs"], figures["span"] = runs_seconds(home)
+    figures["total_cpu"] = figures["cli_cpu"] + figures.get("children_cpu", 0.0)
     return {k: v for k, v in figures.items() if isinstance(v, int | float)}
 
 
 def orchestration_section(inputs: Path, codes: list[Path], rounds: int,
-                          repeats: int = 3) -> None:
-    """The graph against the stage functions, ``repeats`` times, the checkouts and the stage
-    measurement interleaved in each round (a shared machine's load hits all alike); medians.
-    Wall: the runs' start-to-end times over the stage functions' wall time. CPU: the CPU
-    spent inside the runs over the stage functions' CPU (what the wall ratio is on an idle
-    machine, as the graph runs in one thread)."""
+                          repeats: int = 3, workers: tuple[int, ...] = (1,)) -> None:
+    """The graph against the stage functions, ``repeats`` times, the checkouts (each with
+    each of ``workers``) and the stage measurement interleaved in each round (a shared
+    machine's load hits all alike); medians.
+    Wall: the runs' start-to-end times over the stage functions' wall time (with several
+    workers, the batch runs' span: runs at once count once). CPU: the CPU spent inside the
+    runs over the stage functions' CPU (what the wall ratio is on an idle machine, as the
+    graph runs in one thread; one worker only: the others' runs are in child processes,
+    whose CPU shows in the CLI's total CPU, imports included)."""
     stage_walls, stage_cpus = [], []
-    results: dict[str, list[dict[str, float]]] = {str(c): [] for c in codes}
+    configs = [(code, w) for code in codes for w in workers]
+
+    def label(config: tuple[Path, int]) -> str:
+        return f"{config[0]}, workers={config[1]}"
+
+    results: dict[str, list[dict[str, float]]] = {label(c): [] for c in configs}
     loads = []
     batches = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -448,33 +465,40 @@ def orchestration_section(inputs: Path, codes: list[Path], rounds: int,
             wall, cpu, batches = stage_seconds(inputs, 10)
             stage_walls.append(wall)
             stage_cpus.append(cpu)
-            for i, code in enumerate(codes):
-                results[str(code)].append(graph_cpu_run(
-                    code, inputs, Path(tmp) / f"h{r}_{i}", Path(tmp) / f"o{r}_{i}"))
+            for i, config in enumerate(configs):
+                results[label(config)].append(graph_cpu_run(
+                    config[0], inputs, Path(tmp) / f"h{r}_{i}", Path(tmp) / f"o{r}_{i}",
+                    config[1]))
                 shutil.rmtree(Path(tmp) / f"h{r}_{i}", ignore_errors=True)
                 loads.append(os.getloadavg()[0])
+                got = {k: round(v, 2) for k, v in results[label(config)][-1].items()}
+                print(f"  round {r + 1} {label(config)}: {json.dumps(got)} "
+                      f"(load {loads[-1]:.1f})", flush=True)
     stage_wall, stage_cpu = statistics.median(stage_walls), statistics.median(stage_cpus)
 
-    def median(code: Path, key: str) -> float:
-        return statistics.median(f.get(key, 0.0) for f in results[str(code)])
+    def median(config: tuple[Path, int], key: str) -> float:
+        return statistics.median(f.get(key, 0.0) for f in results[label(config)])
 
     print(f"{inputs}: {batches} batches of 10, heuristic judge, one run per 16 MB of batch "
           f"files (as the CLI does); medians of {repeats} interleaved rounds; load average "
           f"{min(loads):.1f} to {max(loads):.1f}")
     print(f"stage functions: {stage_wall:.1f} s wall, {stage_cpu:.1f} s CPU")
-    print(tabulate([[str(c), f"{median(c, 'cli_wall'):.1f}", f"{median(c, 'runs'):.1f}",
-                     f"{median(c, 'graph'):.1f}",
-                     f"{median(c, 'runs') / stage_wall:.2f}",
-                     f"{median(c, 'graph') / stage_cpu:.2f}"] for c in codes],
-                   headers=["CLI from", "CLI wall s", "runs wall s", "runs CPU s",
-                            "runs / stages (wall)", "runs / stages (CPU)"]))
+    print(tabulate([[label(c), f"{median(c, 'cli_wall'):.1f}", f"{median(c, 'total_cpu'):.1f}",
+                     f"{median(c, 'runs'):.1f}", f"{median(c, 'span'):.1f}",
+                     f"{median(c, 'graph'):.1f}" if c[1] == 1 else "",
+                     f"{median(c, 'span') / stage_wall:.2f}",
+                     f"{median(c, 'graph') / stage_cpu:.2f}" if c[1] == 1 else ""]
+                    for c in configs],
+                   headers=["CLI from", "CLI wall s", "CLI CPU s (all processes)",
+                            "runs wall s (sum)", "runs wall s (span)", "runs CPU s",
+                            "runs span / stages (wall)", "runs / stages (CPU)"]))
     kinds = ["stages", "writes", "loads", "events", "metadata"]
-    print("\nCPU seconds inside the runs by kind of work (graph_cpu.py; 'stages': the stage "
-          "functions the assets call, the agreement tables too; 'rest': Dagster's step "
-          "machinery and the assets' glue)")
-    print(tabulate([[str(c), *(f"{median(c, k):.1f}" for k in kinds),
-                     f"{median(c, 'graph') - sum(median(c, k) for k in kinds):.1f}"]
-                    for c in codes], headers=["CLI from", *kinds, "rest"]))
+    print("\nCPU seconds inside the runs by kind of work (graph_cpu.py, one worker; 'stages': "
+          "the stage functions the assets call, the agreement tables too; 'rest': Dagster's "
+          "step machinery and the assets' glue)")
+    print(tabulate([[str(c), *(f"{median((c, 1), k):.1f}" for k in kinds),
+                     f"{median((c, 1), 'graph') - sum(median((c, 1), k) for k in kinds):.1f}"]
+                    for c in codes if 1 in workers], headers=["CLI from", *kinds, "rest"]))
     demo = CORPORA / "dataeva" / "demo02.jsonl"
     if not demo.exists() or rounds < 1:
         return
@@ -723,6 +747,8 @@ def main() -> None:
     parser.add_argument("--exports-mb", type=float, nargs="+", default=[20, 60])
     parser.add_argument("--orch-rounds", type=int, default=4)
     parser.add_argument("--orch-repeats", type=int, default=3)
+    parser.add_argument("--orch-workers", type=int, nargs="+", default=[1],
+                        help="orchestration: run the CLI with each of these worker counts")
     parser.add_argument("--code", type=Path, action="append",
                         help="a checkout to run the CLI from, or (stages) whose scoring "
                         "to time beside this one's (repeatable; default this one)")
@@ -755,7 +781,7 @@ def main() -> None:
     if "orchestration" in sections:
         print()
         orchestration_section(args.orch_input, args.code or [ROOT], args.orch_rounds,
-                              args.orch_repeats)
+                              args.orch_repeats, tuple(args.orch_workers))
     if "report" in sections:
         print()
         report_index_section(files, args.repeats)

@@ -1,6 +1,7 @@
 """Where a CLI run's CPU time goes, by kind of work (#12.4): a child of bench_pipeline.py.
 
-Run: ``PYTHONPATH=<checkout> python bench/graph_cpu.py INPUT HOME OUT [--detail]`` (the checkout's
+Run: ``PYTHONPATH=<checkout> python bench/graph_cpu.py INPUT HOME OUT [--detail] [--workers=N]``
+(the checkout's
 eval_pipeline is the one measured: this file only wraps its functions by name, skipping
 those a checkout lacks). Runs ``run_pipeline`` in this process with the heuristic judge and
 prints one JSON object: CPU seconds (``time.process_time``, steadier than wall time on a
@@ -15,6 +16,10 @@ shared machine) spent inside each kind of work, each counted once however deeply
   judge, judgment table, averaging, summaries, agreement).
 
 ``graph`` minus the others is the assets' own glue and Dagster's step machinery.
+
+With ``--workers=N`` (N > 1) the runs execute in N spawned processes (the CLI's ``workers``),
+where these wrappers do not reach: then only ``cli_cpu`` (this process) and
+``children_cpu`` (the workers, user + system, imports included) are meaningful.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import asyncio
 import functools
 import importlib
 import json
+import resource
 import sys
 import time
 from collections import defaultdict
@@ -140,12 +146,16 @@ def main() -> None:
     from eval_pipeline.judges.config import JudgeConfig
     from eval_pipeline.local_run import run_pipeline
 
+    workers = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--workers=")),
+                   1)
     missing = patch(detail="--detail" in sys.argv)
     start, wall = time.process_time(), time.perf_counter()
     run_pipeline(source, out, [JudgeConfig(name="heuristic")], split_size=10,
-                 store=home / "store")
+                 store=home / "store", workers=workers)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(json.dumps({"cli_cpu": time.process_time() - start,
                       "cli_wall": time.perf_counter() - wall, **totals,
+                      "children_cpu": children.ru_utime + children.ru_stime,
                       "not_found": missing}))
 
 
