@@ -313,8 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--batches-per-run", type=_positive, default=None, metavar="N",
                      help="batches per Dagster run (default: all batches in one run, up to "
                      "about 16 MB of batch files per run; 1 gives one run per batch)")
-    run.add_argument("--workers", type=_positive, default=1,
-                     help="Dagster runs executed at once, each in its own process (default 1)")
+    run.add_argument("--workers", type=_positive, default=None,
+                     help="Dagster runs executed at once, each in its own process (default: "
+                     "2 on two or more cores when every judge is the offline heuristic and "
+                     "the batches hold 8 MB or more, else 1; an LLM judge's concurrency and "
+                     "rate limits are shared between the workers)")
     talk = run.add_mutually_exclusive_group()
     talk.add_argument("--verbose", "-v", action="store_true", help="show Dagster's run logs")
     talk.add_argument("--quiet", "-q", action="store_true",

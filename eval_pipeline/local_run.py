@@ -8,13 +8,16 @@ metadata and lineage show up in ``dagster dev``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import multiprocessing
 import os
 import re
+import threading
+import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,7 +258,7 @@ def _run_batches_in_worker(spec: BatchRunSpec, runs: list[list[str]]
     import dagster as dg
 
     job = spec.definitions().resolve_job_def("evaluate_batch")
-    shown = progress.current()  # in a worker process: the plain lines
+    shown = progress.current()  # in a worker process: the parent's, through a queue
     shown.batches(planned=sum(len(batches) for batches in runs))
     with dg.DagsterInstance.get() as instance:
         for batches in runs:
@@ -265,13 +268,73 @@ def _run_batches_in_worker(spec: BatchRunSpec, runs: list[list[str]]
             if error:
                 return label, error
             shown.batches(done=len(batches))
+    shown.close()
     return None
+
+
+class QueueReporter(progress.Reporter):
+    """A worker process's progress, sent to the parent, whose reporter shows it (bars on a
+    terminal, lines, nothing under ``--quiet``), as if the runs were in the parent: with
+    ``--workers`` the CLI shows the same thing as without. Judgment counts (one per row)
+    are summed and sent at most every :data:`_FLUSH_S` seconds, and only when the parent
+    counts them."""
+
+    _FLUSH_S = 0.2
+
+    def __init__(self, queue: Any, counts_judgments: bool) -> None:
+        self._queue = queue
+        self._counts = counts_judgments
+        self._done = self._planned = 0
+        self._sent = time.monotonic()
+
+    def note(self, text: str) -> None:
+        self._queue.put(("note", text))
+
+    def batches(self, planned: int = 0, done: int = 0) -> None:
+        self._flush()
+        self._queue.put(("batches", planned, done))
+
+    def judgment_callback(self) -> Callable[[int, int], None] | None:
+        return self._judged if self._counts else None
+
+    def _judged(self, done: int, planned: int) -> None:
+        self._done += done
+        self._planned += planned
+        if planned or time.monotonic() - self._sent >= self._FLUSH_S:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._done or self._planned:
+            self._queue.put(("judgments", self._done, self._planned))
+            self._done = self._planned = 0
+        self._sent = time.monotonic()
+
+    def close(self) -> None:
+        self._flush()
+
+
+def _start_worker(queue: Any, counts_judgments: bool) -> None:
+    """A worker process's initializer: its progress goes to the parent's ``queue``."""
+    progress._current = QueueReporter(queue, counts_judgments)
+
+
+def _show_worker_progress(queue: Any, shown: progress.Reporter) -> None:
+    """The parent's side of :class:`QueueReporter`, in a thread until a None arrives."""
+    judged = shown.judgment_callback()
+    while (message := queue.get()) is not None:
+        kind, *values = message
+        if kind == "note":
+            shown.note(values[0])
+        elif kind == "batches":
+            shown.batches(planned=values[0], done=values[1])
+        elif judged is not None:
+            judged(values[0], values[1])
 
 
 def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
                  split_size: int = 10, preprocess: PreprocessConfig | None = None,
                  read: ReadOptions | None = None, log_level: str = "WARNING",
-                 workers: int = 1, batches_per_run: int | None = None,
+                 workers: int | None = None, batches_per_run: int | None = None,
                  store: Path | None = None,
                  routing: Mapping[str, object] | None = None,
                  batch_folder: bool = False, wait: bool = True) -> PipelineResult:
@@ -283,8 +346,9 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     ``batches_per_run`` at a time (None: all in one run), each run a partition range of the
     batch job, so a run's fixed cost (run creation, event log) and its judge scheduler are
     shared by its batches. With ``workers > 1`` the runs are spread over that many processes
-    recording into the same instance; they contend for its SQLite event log, so this pays
-    off with slow (LLM) judges or a Postgres-backed instance. ``routing`` sets the
+    recording into the same instance, each LLM judge's limits shared between them (see
+    :func:`worker_judges`); None chooses (see :func:`auto_workers`: both cores for an
+    offline judge on enough batches). ``routing`` sets the
     ``pipeline`` resource's routing modes (``routing_mode``, ``routing_argument_mode``) and
     any other of its settings passed along (``disagreement_threshold``).
     ``batch_folder``: ``input_path`` is a folder already split into batch files, each one
@@ -307,7 +371,7 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
 def _run_in_store(where: Store, input_path: Path, output: Path,
                   judges: Sequence[JudgeConfig], split_size: int,
                   preprocess: PreprocessConfig, read: ReadOptions, log_level: str,
-                  workers: int, batches_per_run: int | None,
+                  workers: int | None, batches_per_run: int | None,
                   routing: Mapping[str, object], batch_folder: bool = False,
                   wait: bool = True) -> PipelineResult:
     import dagster as dg
@@ -334,19 +398,20 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
         known = set(instance.get_dynamic_partitions(BATCHES_PARTITION))
         instance.add_dynamic_partitions(BATCHES_PARTITION, [k for k in keys if k not in known])
         ordered = instance.get_dynamic_partitions(BATCHES_PARTITION)
-    if batches_per_run is None and workers > 1:
-        batches_per_run = -(-len(keys) // workers)  # one run per worker
+    sizes = batch_sizes(where.batches, keys)
+    if workers is None:
+        workers = auto_workers(judges, sum(sizes), os.cpu_count())
+    workers = min(workers, max_workers_for(judges))
     if batches_per_run is None:
-        batches_per_run = batches_within(where.batches, keys, RUN_BATCH_BYTES)
+        batches_per_run = batches_per_run_for(sizes, workers, RUN_BATCH_BYTES)
     runs = batch_ranges(keys, ordered, batches_per_run)
     shares = [runs[i::workers] for i in range(workers)] if workers > 1 else [runs]
     shares = [share for share in shares if share]
     if len(shares) == 1:
         failures = [_run_batches_in_worker(spec, runs)]
     else:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=len(shares), mp_context=context) as pool:
-            failures = list(pool.map(_run_batches_in_worker, [spec] * len(shares), shares))
+        failures = _run_in_workers(
+            dataclasses.replace(spec, judges=worker_judges(judges, len(shares))), shares)
     for failure in failures:
         if failure:
             raise PipelineInputError(f"batch {failure[0]} failed: {failure[1]}")
@@ -383,8 +448,8 @@ near one GB whatever the drop; a run costs a few seconds of Dagster set-up, smal
 16 MB of batches."""
 
 
-def batches_within(batches_dir: Path, keys: Sequence[str], limit: int) -> int | None:
-    """How many batches of their mean file size fit in ``limit`` bytes; None for all."""
+def batch_sizes(batches_dir: Path, keys: Sequence[str]) -> list[int]:
+    """The batch files' sizes in bytes (those found)."""
     sizes = []
     for key in keys:
         try:
@@ -392,9 +457,99 @@ def batches_within(batches_dir: Path, keys: Sequence[str], limit: int) -> int | 
             sizes.append(path.stat().st_size)
         except (MissingBatchError, OSError):
             continue
+    return sizes
+
+
+def batches_within(batches_dir: Path, keys: Sequence[str], limit: int) -> int | None:
+    """How many batches of their mean file size fit in ``limit`` bytes; None for all."""
+    return _within(batch_sizes(batches_dir, keys), limit)
+
+
+def _within(sizes: Sequence[int], limit: int) -> int | None:
     if not sizes or sum(sizes) <= limit:
         return None
     return max(1, int(limit // (sum(sizes) / len(sizes))))
+
+
+def batches_per_run_for(sizes: Sequence[int], workers: int, limit: int) -> int | None:
+    """Batches per run (None: all in one) for batch files of ``sizes``: at most ``limit``
+    bytes of them per run (on their mean size), and with several workers a multiple of
+    ``workers`` runs of equal length, so the workers finish together (the corpora, 18 MB,
+    made a 16 MB and a 2 MB run: the second worker idled seven eighths of the time)."""
+    cap = _within(sizes, limit)
+    if workers <= 1 or not sizes:
+        return cap
+    needed = 1 if cap is None else -(-len(sizes) // cap)
+    runs = -(-needed // workers) * workers
+    return max(1, -(-len(sizes) // runs))
+
+
+AUTO_WORKERS_MIN_BYTES = 8 * 2**20
+"""Below this many bytes of batch files one process does the runs: a worker process costs
+2 to 4 s to start (importing Dagster, pandas and the stages, building the Definitions),
+while an offline run costs about 2.5 s of CPU per MB of batch files, so on 8 MB two
+workers save some 10 s of the runs' 20 (measured, README Performance -> Orchestration)."""
+AUTO_WORKERS_MAX = 2
+"""The most processes chosen by default: measured on two cores, and each worker's SQLite
+writes wait for the others' (more would mostly wait)."""
+
+
+def auto_workers(judges: Sequence[JudgeConfig], batch_bytes: int, cores: int | None) -> int:
+    """How many processes run the batches when the user did not say: up to
+    :data:`AUTO_WORKERS_MAX` (and the cores) when every judge is offline (the heuristic:
+    the runs are CPU-bound, and nobody's rate limit is involved) and the batch files hold
+    at least :data:`AUTO_WORKERS_MIN_BYTES`; else one. With an LLM judge the runs wait on
+    the provider, whose limits one process's scheduler already fills."""
+    if not judges or any(j.provider != "heuristic" for j in judges):
+        return 1
+    if batch_bytes < AUTO_WORKERS_MIN_BYTES:
+        return 1
+    return max(1, min(AUTO_WORKERS_MAX, cores or 1))
+
+
+def max_workers_for(judges: Sequence[JudgeConfig]) -> int:
+    """At most one worker per unit of the smallest LLM judge's ``concurrency``: each worker
+    gets a share of at least one call at a time (:func:`worker_judges`)."""
+    limits = [j.concurrency for j in judges if j.provider != "heuristic"]
+    return min(limits) if limits else 2**31
+
+
+def worker_judges(judges: Sequence[JudgeConfig], workers: int) -> tuple[JudgeConfig, ...]:
+    """Each worker's share of each LLM judge's limits (concurrency, requests and tokens per
+    minute, budget): the workers together never exceed what the user set for the provider,
+    as one process would not. The heuristic judge is left as it is (no provider). None of
+    these settings shapes an answer, so code versions and caches are the same."""
+    if workers <= 1:
+        return tuple(judges)
+    shared = []
+    for judge in judges:
+        if judge.provider == "heuristic":
+            shared.append(judge)
+            continue
+        shared.append(judge.model_copy(update={
+            "concurrency": max(1, judge.concurrency // workers),
+            **{name: value / workers for name in
+               ("requests_per_minute", "tokens_per_minute", "budget_usd")
+               if (value := getattr(judge, name)) is not None}}))
+    return tuple(shared)
+
+
+def _run_in_workers(spec: BatchRunSpec, shares: list[list[list[str]]]
+                    ) -> list[tuple[str, str] | None]:
+    """Each share of runs in its own spawned process, their progress shown here."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    shown = progress.current()
+    counts = shown.judgment_callback() is not None
+    relay = threading.Thread(target=_show_worker_progress, args=(queue, shown), daemon=True)
+    relay.start()
+    try:
+        with ProcessPoolExecutor(max_workers=len(shares), mp_context=context,
+                                 initializer=_start_worker, initargs=(queue, counts)) as pool:
+            return list(pool.map(_run_batches_in_worker, [spec] * len(shares), shares))
+    finally:
+        queue.put(None)
+        relay.join()
 
 
 def forget_batches(keys: Sequence[str]) -> list[str]:

@@ -1,0 +1,183 @@
+"""#12.4: the CLI's worker processes: how many by default, how the runs are cut for them,
+an LLM judge's limits shared between them, their progress shown by the parent, and the
+same results as one process."""
+
+from __future__ import annotations
+
+import filecmp
+import queue
+import threading
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from eval_pipeline import local_run, progress
+from eval_pipeline.cli import main
+from eval_pipeline.defs.pipeline.assets.judging import judge_code_version
+from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.local_run import (
+    AUTO_WORKERS_MIN_BYTES,
+    QueueReporter,
+    _show_worker_progress,
+    auto_workers,
+    batches_per_run_for,
+    max_workers_for,
+    worker_judges,
+)
+
+HEURISTIC = JudgeConfig(name="heuristic")
+LLM = JudgeConfig(name="gpt", provider="openai", model="gpt-4o-mini", concurrency=8,
+                  requests_per_minute=600, tokens_per_minute=100_000, budget_usd=5.0)
+
+
+def test_one_worker_keeps_the_byte_cap_and_several_get_equal_runs() -> None:
+    sizes = [1_000] * 90  # 90 kB of batch files
+    assert batches_per_run_for(sizes, 1, 100_000) is None  # all fit: one run
+    assert batches_per_run_for(sizes, 1, 40_000) == 40  # 40 + 40 + 10, as before
+    # two workers: a multiple of two runs of equal length, never over the cap
+    assert batches_per_run_for(sizes, 2, 100_000) == 45  # 45 + 45, not 90 + 0
+    assert batches_per_run_for(sizes, 2, 40_000) == 23  # 4 runs (23, 23, 23, 21), not 40+40+10
+    assert batches_per_run_for(sizes, 2, 500) == 1  # a batch over the cap runs alone
+    assert batches_per_run_for([], 2, 100) is None
+
+
+def test_two_workers_by_default_only_for_an_offline_judge_on_enough_batches() -> None:
+    big = AUTO_WORKERS_MIN_BYTES
+    assert auto_workers([HEURISTIC], big, 2) == 2
+    assert auto_workers([HEURISTIC], big, 8) == 2  # at most two: measured on two cores
+    assert auto_workers([HEURISTIC], big, 1) == 1
+    assert auto_workers([HEURISTIC], big, None) == 1
+    assert auto_workers([HEURISTIC], big - 1, 2) == 1  # a worker's start would not pay
+    assert auto_workers([HEURISTIC, LLM], big, 2) == 1  # the provider is the limit
+    assert auto_workers([], big, 2) == 1
+
+
+def test_an_llm_judges_limits_are_shared_not_multiplied() -> None:
+    for workers in (2, 3, 8):
+        shared = worker_judges([HEURISTIC, LLM], workers)
+        assert shared[0] == HEURISTIC
+        judge = shared[1]
+        assert judge.concurrency * workers <= LLM.concurrency
+        assert judge.requests_per_minute * workers == pytest.approx(600)
+        assert judge.tokens_per_minute * workers == pytest.approx(100_000)
+        assert judge.budget_usd * workers == pytest.approx(5.0)
+        # nothing that shapes an answer changed: same code version, same cache entries
+        assert judge_code_version(judge) == judge_code_version(LLM)
+        assert judge.model_dump(exclude={"concurrency", "requests_per_minute",
+                                         "tokens_per_minute", "budget_usd"}) == \
+            LLM.model_dump(exclude={"concurrency", "requests_per_minute",
+                                    "tokens_per_minute", "budget_usd"})
+    assert worker_judges([LLM], 1) == (LLM,)
+    # one call at a time per worker at least: never more workers than calls allowed
+    assert max_workers_for([HEURISTIC, LLM]) == 8
+    assert max_workers_for([HEURISTIC, LLM.model_copy(update={"concurrency": 1})]) == 1
+    assert max_workers_for([HEURISTIC]) > 64
+
+
+def test_run_pipeline_gives_the_workers_their_share_of_the_judge(
+        project_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "not-used")
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(spec, shares):
+        seen["judges"], seen["shares"] = spec.judges, shares
+        raise Stop
+
+    monkeypatch.setattr(local_run, "_run_in_workers", capture)
+    with pytest.raises(Stop):
+        local_run.run_pipeline(project_root / "data" / "incoming" / "sample_agent_runs.jsonl",
+                               tmp_path / "out", [LLM], split_size=8, workers=2,
+                               store=tmp_path / "store")
+    assert [j.concurrency for j in seen["judges"]] == [4]
+    assert [j.requests_per_minute for j in seen["judges"]] == [300]
+    assert len(seen["shares"]) == 2  # 3 batches: runs of 2 and 1, one per worker
+
+
+def _relay(parent: progress.Reporter, send) -> None:
+    channel: queue.Queue = queue.Queue()
+    relay = threading.Thread(target=_show_worker_progress, args=(channel, parent))
+    relay.start()
+    send(QueueReporter(channel, parent.judgment_callback() is not None))
+    channel.put(None)
+    relay.join()
+
+
+class Recorder(progress.Reporter):
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.batch_counts: list[tuple[int, int]] = []
+        self.judged = [0, 0]
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def batches(self, planned: int = 0, done: int = 0) -> None:
+        self.batch_counts.append((planned, done))
+
+    def judgment_callback(self):
+        def count(done: int, planned: int) -> None:
+            self.judged[0] += done
+            self.judged[1] += planned
+        return count
+
+
+def test_a_workers_progress_reaches_the_parents_reporter() -> None:
+    parent = Recorder()
+
+    def work(worker: QueueReporter) -> None:
+        worker.batches(planned=3)
+        worker.note("evaluating 3 batch(es) a...c")
+        callback = worker.judgment_callback()
+        assert callback is not None
+        callback(0, 50)
+        for _ in range(50):
+            callback(1, 0)
+        worker.batches(done=3)
+        worker.close()
+
+    _relay(parent, work)
+    assert parent.notes == ["evaluating 3 batch(es) a...c"]
+    assert parent.batch_counts == [(3, 0), (0, 3)]
+    assert parent.judged == [50, 50]  # every judgment counted, in fewer messages
+
+
+def test_a_parent_that_counts_no_judgments_is_sent_none() -> None:
+    parent = progress.QuietReporter()
+    sent = []
+    _relay(parent, lambda worker: sent.append(worker.judgment_callback()))
+    assert sent == [None]
+
+
+VOLATILE = ["latency_s"]
+"""Measured per call: differs between any two runs."""
+
+
+def _exports(out: Path) -> dict[str, Path]:
+    return {str(p.relative_to(out)): p for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_two_workers_export_what_one_does_and_keep_quiet(
+        project_root: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    drop = project_root / "data" / "incoming" / "sample_agent_runs.jsonl"
+    for workers in ("1", "2"):
+        # the same output folder name: the report is titled after it
+        assert main(["run", str(drop), "--output", str(tmp_path / workers / "out"),
+                     "--split-size", "8", "--store", str(tmp_path / workers / "store"),
+                     "--workers", workers, "--quiet"]) == 0
+    assert "evaluating" not in capfd.readouterr().err  # --quiet holds in the workers too
+    one, two = _exports(tmp_path / "1" / "out"), _exports(tmp_path / "2" / "out")
+    assert one.keys() == two.keys() and len(one) > 5
+    differ = []
+    for name, path in one.items():
+        if name.endswith(".parquet"):
+            left, right = (pd.read_parquet(p).drop(columns=VOLATILE, errors="ignore")
+                           for p in (path, two[name]))
+            pd.testing.assert_frame_equal(left, right)
+        elif not filecmp.cmp(path, two[name], shallow=False):
+            differ.append(name)
+    assert differ == []
