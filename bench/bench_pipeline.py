@@ -428,12 +428,13 @@ def runs_seconds(home: Path) -> tuple[float, float]:
 
 def graph_cpu_run(code: Path, inputs: Path, home: Path, out: Path, workers: int = 1
                   ) -> dict[str, float]:
-    """One CLI run (its engine, ``run_pipeline``) from ``code`` in a fresh process and
-    DAGSTER_HOME, with ``workers`` processes, the CPU seconds by kind of work
-    (``graph_cpu.py``; one worker only), and the graph's wall time from the instance."""
+    """One CLI run (its engine, ``run_pipeline``, without the exports) from ``code`` in a
+    fresh process and DAGSTER_HOME, with ``workers`` processes, the CPU seconds by kind of
+    work (``graph_cpu.py``; one worker only), and the graph's wall time from the instance."""
     env = {**os.environ, "PYTHONPATH": str(code)}
     done = subprocess.run([sys.executable, str(Path(__file__).with_name("graph_cpu.py")),
-                           str(inputs), str(home), str(out), f"--workers={workers}"],
+                           str(inputs), str(home), str(out), f"--workers={workers}",
+                           "--no-exports"],
                           env=env, check=True, capture_output=True, text=True)
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     figures["runs"], figures["span"] = runs_seconds(home)

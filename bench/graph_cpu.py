@@ -19,7 +19,9 @@ shared machine) spent inside each kind of work, each counted once however deeply
 
 With ``--workers=N`` (N > 1) the runs execute in N spawned processes (the CLI's ``workers``),
 where these wrappers do not reach: then only ``cli_cpu`` (this process) and
-``children_cpu`` (the workers, user + system, imports included) are meaningful.
+``children_cpu`` (the workers, user + system, imports included) are meaningful. With
+``--no-exports`` the CLI's exports (not orchestration, and most of a CLI run's time) are
+skipped, so a benchmark round takes less than half as long.
 """
 
 from __future__ import annotations
@@ -148,6 +150,15 @@ def main() -> None:
 
     workers = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--workers=")),
                    1)
+    if "--no-exports" in sys.argv:
+        import types
+
+        import eval_pipeline.local_run as local_run
+
+        def no_exports(*args: Any, **kwargs: Any) -> Any:
+            return types.SimpleNamespace(figures=None, per_batch=[])
+
+        local_run.export_run = no_exports  # type: ignore[assignment]
     missing = patch(detail="--detail" in sys.argv)
     start, wall = time.process_time(), time.perf_counter()
     run_pipeline(source, out, [JudgeConfig(name="heuristic")], split_size=10,
