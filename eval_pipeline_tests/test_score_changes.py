@@ -67,3 +67,19 @@ def test_content_hash_follows_bytes_not_the_file_time(tmp_path):
     assert content_hash(a) == content_hash(b)
     b.write_bytes(b'{"x": 2}\n')
     assert content_hash(a) != content_hash(b)
+
+
+def test_metric_stats_are_the_per_metric_means_and_counts_bit_for_bit():
+    """One reduction over the frame (#12.4) gives what a mean and a count per metric gave,
+    on scores with gaps, many metrics and values whose sums round differently by order."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(50):
+        rows = [json.dumps({f"m{k}": rng.choice([rng.random(), 1 / 3, 0.1, 0.7])
+                            for k in range(40) if rng.random() < 0.6})
+                for _ in range(rng.randint(1, 300))]
+        frame = pd.DataFrame([json.loads(r) for r in rows if r != "{}"])
+        expected = {str(m): (round(float(frame[m].mean()), 4), int(frame[m].notna().sum()))
+                    for m in sorted(frame.columns) if frame[m].notna().any()}
+        assert metric_stats(rows) == expected
