@@ -327,6 +327,9 @@ _COMPUTED = ("total_clips", "successful_evaluations", "success_rate",
              "query_to_thought_accuracy", "sequence_optimality", "trajectory_assessment_score",
              "routing_passed", "routing_reason", "labelled_clips", "evaluation_metadata",
              "full_response_with_evaluations")
+TRAJECTORY_COLUMNS = [c for c in SUMMARY_COLUMNS if c not in _COMPUTED]
+"""The columns of the trajectories :func:`summarize_trajectories` reads (not their nested
+steps, which a reader would otherwise convert to Python objects for nothing, #12.4)."""
 _STR = pd.StringDtype("pyarrow", na_value=np.nan)
 # Number columns whose Python values pandas infers back to the same type (not int32, a
 # masked Int64 or uint8, which would come back as int64 or objects).

@@ -28,6 +28,7 @@ from eval_pipeline.report import (
     report_markdown,
 )
 from eval_pipeline.scoring import summarize_trajectories
+from eval_pipeline.scoring.summaries import TRAJECTORY_COLUMNS
 from eval_pipeline.versions import source_version
 
 SUMMARY_GROUP = "summaries"
@@ -50,6 +51,8 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
                                     "eval_pipeline.scoring.assessments"),
         # Each batch's report row and figures, kept in an index by the IO manager (#12.5).
         metadata={INDEXER: REPORT_INDEXER_REF},
+        # Only what the summaries read of the trajectories: not their nested steps (#12.4).
+        ins={"preprocessed_trajectories": dg.AssetIn(metadata={"columns": TRAJECTORY_COLUMNS})},
     )
     def trajectory_summaries(
         context: dg.AssetExecutionContext,
