@@ -402,8 +402,8 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
     if workers is None:
         workers = auto_workers(judges, sum(sizes), os.cpu_count())
     workers = min(workers, max_workers_for(judges))
-    if batches_per_run is None:
-        batches_per_run = batches_per_run_for(sizes, workers, RUN_BATCH_BYTES)
+    if batches_per_run is None:  # the batches in flight in all workers within the cap
+        batches_per_run = batches_per_run_for(sizes, workers, RUN_BATCH_BYTES // workers)
     runs = batch_ranges(keys, ordered, batches_per_run)
     shares = [runs[i::workers] for i in range(workers)] if workers > 1 else [runs]
     shares = [share for share in shares if share]
@@ -482,7 +482,9 @@ def batches_per_run_for(sizes: Sequence[int], workers: int, limit: int) -> int |
     """Batches per run (None: all in one) for batch files of ``sizes``: at most ``limit``
     bytes of them per run (on their mean size), and with several workers a multiple of
     ``workers`` runs of equal length, so the workers finish together (the corpora, 18 MB,
-    made a 16 MB and a 2 MB run: the second worker idled seven eighths of the time)."""
+    made a 16 MB and a 2 MB run: the second worker idled seven eighths of the time). The
+    CLI gives each of N workers 1/N of :data:`RUN_BATCH_BYTES`: the workers together hold
+    no more batches at once than one process did (each process adds its own imports)."""
     cap = _within(sizes, limit)
     if workers <= 1 or not sizes:
         return cap

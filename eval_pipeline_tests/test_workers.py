@@ -97,6 +97,31 @@ def test_run_pipeline_gives_the_workers_their_share_of_the_judge(
     assert len(seen["shares"]) == 2  # 3 batches: runs of 2 and 1, one per worker
 
 
+def test_the_workers_together_hold_no_more_batches_than_one_process(
+        project_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of two workers' runs holds at most half the run cap of batch files."""
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(spec, shares):
+        seen["shares"] = shares
+        raise Stop
+
+    monkeypatch.setattr(local_run, "_run_in_workers", capture)
+    monkeypatch.setattr(local_run, "RUN_BATCH_BYTES", 40_000)
+    with pytest.raises(Stop):
+        local_run.run_pipeline(project_root / "data" / "incoming" / "sample_agent_runs.jsonl",
+                               tmp_path / "out", [HEURISTIC], split_size=4, workers=2,
+                               store=tmp_path / "store")
+    runs = [run for share in seen["shares"] for run in share]
+    assert len(seen["shares"]) == 2 and len(runs) >= 3
+    for run in runs:
+        sizes = local_run.batch_sizes(tmp_path / "store" / "batches", run)
+        assert len(sizes) == len(run) and sum(sizes) <= 20_000
+
+
 def _relay(parent: progress.Reporter, send) -> None:
     channel: queue.Queue = queue.Queue()
     relay = threading.Thread(target=_show_worker_progress, args=(channel, parent))
