@@ -206,3 +206,20 @@ def test_two_workers_export_what_one_does_and_keep_quiet(
         elif not filecmp.cmp(path, two[name], shallow=False):
             differ.append(name)
     assert differ == []
+
+
+def test_a_worker_builds_the_heuristic_pipeline_without_the_provider_sdks() -> None:
+    """Importing anthropic and openai was a second of CPU and 60 MB in every process that
+    loads the definitions (each worker); only an LLM judge's endpoint check needs them."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from eval_pipeline.local_run import BatchRunSpec\n"
+            "from eval_pipeline.judges.config import JudgeConfig\n"
+            "spec = BatchRunSpec((JudgeConfig(name='heuristic'),), {}, '/tmp/unused', 'INFO')\n"
+            "spec.definitions().resolve_job_def('evaluate_batch')\n"
+            "print(sorted(m for m in ('anthropic', 'openai') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.strip().splitlines()[-1] == "[]"

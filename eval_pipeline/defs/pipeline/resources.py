@@ -23,7 +23,6 @@ from eval_pipeline.judges import make_judge
 from eval_pipeline.judges.assessments import assessment_requests
 from eval_pipeline.judges.base import Judge
 from eval_pipeline.judges.cache import JudgeCache, default_cache_path
-from eval_pipeline.judges.check import check_judge_once
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.errors import redact
 from eval_pipeline.judges.requests import (
@@ -111,6 +110,10 @@ class LLMJudgeResource(dg.ConfigurableResource):
             return
         config = self.judge_config()
         if config.provider != "heuristic":
+            # Here, not at the top: it imports both provider SDKs, a second of CPU in
+            # every process that loads the definitions (each CLI worker, #12.4).
+            from eval_pipeline.judges.check import check_judge_once
+
             check_judge_once(config, self.api_key)
 
     def judge_config(self) -> JudgeConfig:
