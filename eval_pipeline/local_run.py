@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -251,15 +251,17 @@ def _execute(job, instance, run_config: dict, batches: Sequence[str] = (),
     return None if result.success else _first_failure(result)
 
 
-def _run_batches_in_worker(spec: BatchRunSpec, runs: list[list[str]]
+def _run_batches_in_worker(spec: BatchRunSpec, runs: list[list[str]], plan: bool = True
                            ) -> tuple[str, str] | None:
     """A worker process: its own Definitions and instance handle, the same DAGSTER_HOME.
-    Each element of ``runs`` is one Dagster run over those batches."""
+    Each element of ``runs`` is one Dagster run over those batches. ``plan``: announce the
+    batches to the progress bar (the parent announces them all when it deals runs out)."""
     import dagster as dg
 
-    job = spec.definitions().resolve_job_def("evaluate_batch")
+    job = _job(spec)
     shown = progress.current()  # in a worker process: the parent's, through a queue
-    shown.batches(planned=sum(len(batches) for batches in runs))
+    if plan:
+        shown.batches(planned=sum(len(batches) for batches in runs))
     with dg.DagsterInstance.get() as instance:
         for batches in runs:
             label = batches[0] if len(batches) == 1 else f"{batches[0]}...{batches[-1]}"
@@ -270,6 +272,16 @@ def _run_batches_in_worker(spec: BatchRunSpec, runs: list[list[str]]
             shown.batches(done=len(batches))
     shown.close()
     return None
+
+
+_built: list[tuple[BatchRunSpec, Any]] = []
+"""This process's batch job, built once for the runs a worker is dealt one by one."""
+
+
+def _job(spec: BatchRunSpec) -> Any:
+    if not _built or _built[0][0] != spec:
+        _built[:] = [(spec, spec.definitions().resolve_job_def("evaluate_batch"))]
+    return _built[0][1]
 
 
 class QueueReporter(progress.Reporter):
@@ -400,18 +412,21 @@ def _run_in_store(where: Store, input_path: Path, output: Path,
         ordered = instance.get_dynamic_partitions(BATCHES_PARTITION)
     sizes = batch_sizes(where.batches, keys)
     if workers is None:
-        workers = auto_workers(judges, sum(sizes), os.cpu_count())
+        workers = auto_workers(judges, sum(sizes.values()), os.cpu_count())
     workers = min(workers, max_workers_for(judges))
     if batches_per_run is None:  # the batches in flight in all workers within the cap
-        batches_per_run = batches_per_run_for(sizes, workers, RUN_BATCH_BYTES // workers)
-    runs = batch_ranges(keys, ordered, batches_per_run)
-    shares = [runs[i::workers] for i in range(workers)] if workers > 1 else [runs]
-    shares = [share for share in shares if share]
-    if len(shares) == 1:
+        runs = plan_runs(batch_ranges(keys, ordered), sizes, workers,
+                         RUN_BATCH_BYTES // workers)
+    else:
+        runs = batch_ranges(keys, ordered, batches_per_run)
+    workers = min(workers, len(runs))
+    if workers <= 1:
         failures = [_run_batches_in_worker(spec, runs)]
     else:
+        heaviest = sorted(runs, key=lambda run: -sum(_weight(sizes, k) for k in run))
         failures = _run_in_workers(
-            dataclasses.replace(spec, judges=worker_judges(judges, len(shares))), shares)
+            dataclasses.replace(spec, judges=worker_judges(judges, workers)), heaviest,
+            workers)
     for failure in failures:
         if failure:
             raise PipelineInputError(f"batch {failure[0]} failed: {failure[1]}")
@@ -448,20 +463,21 @@ near one GB whatever the drop; a run costs a few seconds of Dagster set-up, smal
 16 MB of batches."""
 
 
-def batch_sizes(batches_dir: Path, keys: Sequence[str]) -> list[int]:
+def batch_sizes(batches_dir: Path, keys: Sequence[str]) -> dict[str, int]:
     """The batch files' sizes in bytes (those found), the folders listed once (a glob of
     every drop folder per batch was 11 s of a profiled corpora CLI run at load 5)."""
     from eval_pipeline.defs.pipeline.batch_files import locate_batches
 
     try:
-        return [path.stat().st_size for path, _m in locate_batches(batches_dir, keys).values()]
+        return {key: path.stat().st_size
+                for key, (path, _m) in locate_batches(batches_dir, keys).items()}
     except (MissingBatchError, OSError):
         pass  # some are gone: look each up, leaving those out
-    sizes = []
+    sizes = {}
     for key in keys:
         try:
             path, _manifest = find_batch(batches_dir, key)
-            sizes.append(path.stat().st_size)
+            sizes[key] = path.stat().st_size
         except (MissingBatchError, OSError):
             continue
     return sizes
@@ -469,28 +485,74 @@ def batch_sizes(batches_dir: Path, keys: Sequence[str]) -> list[int]:
 
 def batches_within(batches_dir: Path, keys: Sequence[str], limit: int) -> int | None:
     """How many batches of their mean file size fit in ``limit`` bytes; None for all."""
-    return _within(batch_sizes(batches_dir, keys), limit)
-
-
-def _within(sizes: Sequence[int], limit: int) -> int | None:
+    sizes = list(batch_sizes(batches_dir, keys).values())
     if not sizes or sum(sizes) <= limit:
         return None
     return max(1, int(limit // (sum(sizes) / len(sizes))))
 
 
-def batches_per_run_for(sizes: Sequence[int], workers: int, limit: int) -> int | None:
-    """Batches per run (None: all in one) for batch files of ``sizes``: at most ``limit``
-    bytes of them per run (on their mean size), and with several workers a multiple of
-    ``workers`` runs of equal length, so the workers finish together (the corpora, 18 MB,
-    made a 16 MB and a 2 MB run: the second worker idled seven eighths of the time). The
-    CLI gives each of N workers 1/N of :data:`RUN_BATCH_BYTES`: the workers together hold
-    no more batches at once than one process did (each process adds its own imports)."""
-    cap = _within(sizes, limit)
-    if workers <= 1 or not sizes:
-        return cap
-    needed = 1 if cap is None else -(-len(sizes) // cap)
-    runs = -(-needed // workers) * workers
-    return max(1, -(-len(sizes) // runs))
+BATCH_WEIGHT_BYTES = 64 * 2**10
+"""What a batch costs a run beside its records (its tables written and read, its events and
+metadata for each of the 11 per-batch assets: about 60 ms of CPU on the corpora), in bytes
+of batch file whose stages cost the same (about 0.9 s of CPU per MB): run planning
+balances the runs on bytes plus this per batch (#12.4)."""
+
+
+RUNS_PER_WORKER = 4
+"""With several workers, at least this many runs per worker, dealt out as workers free up:
+how long a run takes is only roughly known beforehand, and a worker left with the last
+long run keeps the others idle; more runs cost more of each run's fixed set-up."""
+
+
+def _weight(sizes: Mapping[str, int], key: str) -> int:
+    return sizes.get(key, 0) + BATCH_WEIGHT_BYTES
+
+
+def plan_runs(segments: Sequence[Sequence[str]], sizes: Mapping[str, int], workers: int,
+              limit: int) -> list[list[str]]:
+    """The runs for batch files of ``sizes`` (bytes by key): each a stretch of one of the
+    ``segments`` (contiguous batches, see ``batch_ranges``) holding at most ``limit`` bytes
+    (a larger batch alone), as few as that allows, as a multiple of ``workers`` runs where
+    a few more runs make one, and of about equal weight (:data:`BATCH_WEIGHT_BYTES`), so
+    the workers finish together.
+
+    Cutting by count on the mean batch size left the corpora's first run of four with 11.6
+    of its 17 MB (the cap was 8 MB): one worker did two thirds of the work."""
+    keys = [k for segment in segments for k in segment]
+    if not keys:
+        return []
+    workers = max(1, workers)
+    count = max(1, -(-sum(sizes.get(k, 0) for k in keys) // max(1, limit)))
+    count = -(-count // workers) * workers
+    if workers > 1:
+        count = max(count, RUNS_PER_WORKER * workers)
+    total = sum(_weight(sizes, k) for k in keys)
+    runs = _cut(segments, sizes, limit, total / count)
+    for more in range(count + 1, count + 4 * workers):  # the cap's cuts may add odd runs
+        if len(runs) % workers == 0:
+            break
+        runs = _cut(segments, sizes, limit, total / more)
+    return runs
+
+
+def _cut(segments: Sequence[Sequence[str]], sizes: Mapping[str, int], limit: int,
+         target: float) -> list[list[str]]:
+    """Each segment cut into runs of about ``target`` weight and at most ``limit`` bytes."""
+    runs: list[list[str]] = []
+    for segment in segments:
+        current: list[str] = []
+        weight = size = 0
+        for key in segment:
+            grown = weight + _weight(sizes, key)
+            if current and (size + sizes.get(key, 0) > limit
+                            or grown - target > target - weight):  # nearer the target
+                runs.append(current)
+                current, weight, size, grown = [], 0, 0, _weight(sizes, key)
+            current.append(key)
+            weight, size = grown, size + sizes.get(key, 0)
+        if current:
+            runs.append(current)
+    return runs
 
 
 AUTO_WORKERS_MIN_BYTES = 8 * 2**20
@@ -543,22 +605,34 @@ def worker_judges(judges: Sequence[JudgeConfig], workers: int) -> tuple[JudgeCon
     return tuple(shared)
 
 
-def _run_in_workers(spec: BatchRunSpec, shares: list[list[list[str]]]
+def _run_in_workers(spec: BatchRunSpec, runs: list[list[str]], workers: int
                     ) -> list[tuple[str, str] | None]:
-    """Each share of runs in its own spawned process, their progress shown here."""
+    """The runs in ``workers`` spawned processes, each taking the next run as it finishes
+    one (the heaviest first: a run's time is not known beforehand, within a factor of two
+    for runs of the same bytes and batches on the corpora, so a fixed share per worker left
+    one waiting on the other), their progress shown here. After a failure no further run
+    starts."""
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     shown = progress.current()
     counts = shown.judgment_callback() is not None
+    shown.batches(planned=sum(len(run) for run in runs))
     relay = threading.Thread(target=_show_worker_progress, args=(queue, shown), daemon=True)
     relay.start()
+    failures: list[tuple[str, str] | None] = []
     try:
-        with ProcessPoolExecutor(max_workers=len(shares), mp_context=context,
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                  initializer=_start_worker, initargs=(queue, counts)) as pool:
-            return list(pool.map(_run_batches_in_worker, [spec] * len(shares), shares))
+            pending = [pool.submit(_run_batches_in_worker, spec, [run], False) for run in runs]
+            for future in as_completed(pending):
+                failures.append(future.result())
+                if failures[-1]:
+                    for other in pending:
+                        other.cancel()
     finally:
         queue.put(None)
         relay.join()
+    return failures
 
 
 def forget_batches(keys: Sequence[str]) -> list[str]:

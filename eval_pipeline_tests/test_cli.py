@@ -182,7 +182,8 @@ def test_one_run_for_all_batches_by_default_and_one_per_batch_on_request(
             assert all(r.is_success for r in runs)
             runs_made[name] = len(runs) - seen
             seen = len(runs)
-    assert runs_made == {"default": 1, "per_batch": 3, "workers": 2}
+    # two workers take runs as they free up: at least four runs each, here one per batch
+    assert runs_made == {"default": 1, "per_batch": 3, "workers": 3}
     pd.testing.assert_frame_equal(tables["default"], tables["per_batch"])
     pd.testing.assert_frame_equal(tables["default"], tables["workers"])
 

@@ -18,11 +18,13 @@ from eval_pipeline.defs.pipeline.assets.judging import judge_code_version
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.local_run import (
     AUTO_WORKERS_MIN_BYTES,
+    BATCH_WEIGHT_BYTES,
+    RUNS_PER_WORKER,
     QueueReporter,
     _show_worker_progress,
     auto_workers,
-    batches_per_run_for,
     max_workers_for,
+    plan_runs,
     worker_judges,
 )
 
@@ -31,15 +33,33 @@ LLM = JudgeConfig(name="gpt", provider="openai", model="gpt-4o-mini", concurrenc
                   requests_per_minute=600, tokens_per_minute=100_000, budget_usd=5.0)
 
 
-def test_one_worker_keeps_the_byte_cap_and_several_get_equal_runs() -> None:
-    sizes = [1_000] * 90  # 90 kB of batch files
-    assert batches_per_run_for(sizes, 1, 100_000) is None  # all fit: one run
-    assert batches_per_run_for(sizes, 1, 40_000) == 40  # 40 + 40 + 10, as before
-    # two workers: a multiple of two runs of equal length, never over the cap
-    assert batches_per_run_for(sizes, 2, 100_000) == 45  # 45 + 45, not 90 + 0
-    assert batches_per_run_for(sizes, 2, 40_000) == 23  # 4 runs (23, 23, 23, 21), not 40+40+10
-    assert batches_per_run_for(sizes, 2, 500) == 1  # a batch over the cap runs alone
-    assert batches_per_run_for([], 2, 100) is None
+def _bytes(run: list[str], sizes: dict[str, int]) -> int:
+    return sum(sizes[k] for k in run)
+
+
+def test_runs_stay_within_the_cap_and_weigh_alike() -> None:
+    keys = [f"b{i:03d}" for i in range(120)]
+    # uneven batches: the first forty ten times the others, as the corpora's drops differ
+    sizes = {k: 100_000 if i < 40 else 10_000 for i, k in enumerate(keys)}
+    total = sum(sizes.values())  # 4.8 MB
+    assert plan_runs([keys], sizes, 1, 10 * total) == [keys]  # all fit: one run
+    for workers, limit in ((1, 1_000_000), (2, 1_000_000), (2, 4_000_000), (3, 600_000)):
+        runs = plan_runs([keys], sizes, workers, limit)
+        assert [k for run in runs for k in run] == keys  # every batch once, in order
+        assert all(_bytes(run, sizes) <= limit for run in runs)
+        assert len(runs) >= -(-total // limit)
+        if workers == 1:
+            continue
+        # enough runs to deal out as workers free up, of about equal weight
+        assert len(runs) % workers == 0 and len(runs) >= RUNS_PER_WORKER * workers
+        weights = [_bytes(run, sizes) + BATCH_WEIGHT_BYTES * len(run) for run in runs]
+        capped = [w for run, w in zip(runs, weights, strict=True)
+                  if _bytes(run, sizes) + 100_000 <= limit]  # not cut short by the cap
+        assert max(capped) <= 2 * min(capped), (workers, limit, weights)
+    # a batch over the cap runs alone; runs never span two segments
+    assert plan_runs([["a", "b"], ["c"]], {"a": 50, "b": 500, "c": 5}, 1, 100) == \
+        [["a"], ["b"], ["c"]]
+    assert plan_runs([], {}, 2, 100) == []
 
 
 def test_two_workers_by_default_only_for_an_offline_judge_on_enough_batches() -> None:
@@ -83,8 +103,8 @@ def test_run_pipeline_gives_the_workers_their_share_of_the_judge(
     class Stop(Exception):
         pass
 
-    def capture(spec, shares):
-        seen["judges"], seen["shares"] = spec.judges, shares
+    def capture(spec, runs, workers):
+        seen["judges"], seen["runs"], seen["workers"] = spec.judges, runs, workers
         raise Stop
 
     monkeypatch.setattr(local_run, "_run_in_workers", capture)
@@ -94,7 +114,7 @@ def test_run_pipeline_gives_the_workers_their_share_of_the_judge(
                                store=tmp_path / "store")
     assert [j.concurrency for j in seen["judges"]] == [4]
     assert [j.requests_per_minute for j in seen["judges"]] == [300]
-    assert len(seen["shares"]) == 2  # 3 batches: runs of 2 and 1, one per worker
+    assert seen["workers"] == 2 and len(seen["runs"]) == 3  # 3 batches: a run each
 
 
 def test_the_workers_together_hold_no_more_batches_than_one_process(
@@ -105,8 +125,8 @@ def test_the_workers_together_hold_no_more_batches_than_one_process(
     class Stop(Exception):
         pass
 
-    def capture(spec, shares):
-        seen["shares"] = shares
+    def capture(spec, runs, workers):
+        seen["runs"], seen["workers"] = runs, workers
         raise Stop
 
     monkeypatch.setattr(local_run, "_run_in_workers", capture)
@@ -115,11 +135,11 @@ def test_the_workers_together_hold_no_more_batches_than_one_process(
         local_run.run_pipeline(project_root / "data" / "incoming" / "sample_agent_runs.jsonl",
                                tmp_path / "out", [HEURISTIC], split_size=4, workers=2,
                                store=tmp_path / "store")
-    runs = [run for share in seen["shares"] for run in share]
-    assert len(seen["shares"]) == 2 and len(runs) >= 3
+    runs = seen["runs"]
+    assert seen["workers"] == 2 and len(runs) >= 3
     for run in runs:
         sizes = local_run.batch_sizes(tmp_path / "store" / "batches", run)
-        assert len(sizes) == len(run) and sum(sizes) <= 20_000
+        assert len(sizes) == len(run) and sum(sizes.values()) <= 20_000
 
 
 def _relay(parent: progress.Reporter, send) -> None:
