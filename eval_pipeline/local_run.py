@@ -498,7 +498,7 @@ of batch file whose stages cost the same (about 0.9 s of CPU per MB): run planni
 balances the runs on bytes plus this per batch (#12.4)."""
 
 
-RUNS_PER_WORKER = 4
+RUNS_PER_WORKER = 2
 """With several workers, at least this many runs per worker, dealt out as workers free up:
 how long a run takes is only roughly known beforehand, and a worker left with the last
 long run keeps the others idle; more runs cost more of each run's fixed set-up."""
