@@ -55,7 +55,8 @@ def test_runs_stay_within_the_cap_and_weigh_alike() -> None:
         weights = [_bytes(run, sizes) + BATCH_WEIGHT_BYTES * len(run) for run in runs]
         capped = [w for run, w in zip(runs, weights, strict=True)
                   if _bytes(run, sizes) + 100_000 <= limit]  # not cut short by the cap
-        assert max(capped) <= 2 * min(capped), (workers, limit, weights)
+        # none much over its share (the workers deal the rest out as they free up)
+        assert max(capped) <= 1.5 * sum(weights) / len(weights), (workers, limit, weights)
     # a batch over the cap runs alone; runs never span two segments
     assert plan_runs([["a", "b"], ["c"]], {"a": 50, "b": 500, "c": 5}, 1, 100) == \
         [["a"], ["b"], ["c"]]
