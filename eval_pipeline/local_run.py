@@ -326,7 +326,8 @@ class QueueReporter(progress.Reporter):
 
 
 def _start_worker(queue: Any, counts_judgments: bool) -> None:
-    """A worker process's initializer: its progress goes to the parent's ``queue``."""
+    """A worker process's initializer: its progress goes to the parent's ``queue`` (set
+    for the process's life, which :func:`progress.using`, a block, cannot span)."""
     progress._current = QueueReporter(queue, counts_judgments)
 
 
@@ -627,6 +628,8 @@ def _run_in_workers(spec: BatchRunSpec, runs: list[list[str]], workers: int
                                  initializer=_start_worker, initargs=(queue, counts)) as pool:
             pending = [pool.submit(_run_batches_in_worker, spec, [run], False) for run in runs]
             for future in as_completed(pending):
+                if future.cancelled():  # not started after an earlier run failed
+                    continue
                 failures.append(future.result())
                 if failures[-1]:
                     for other in pending:

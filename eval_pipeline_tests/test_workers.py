@@ -244,3 +244,24 @@ def test_a_worker_builds_the_heuristic_pipeline_without_the_provider_sdks() -> N
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=Path(__file__).resolve().parents[1])
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.slow
+def test_a_failed_run_in_a_worker_is_reported_and_no_further_run_starts(
+        tmp_path: Path) -> None:
+    import dagster as dg
+
+    from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION
+    from eval_pipeline.local_run import BatchRunSpec, _run_in_workers
+
+    keys = [f"gone{i}" for i in range(10)]  # registered, but no batch file: ingest fails
+    with dg.DagsterInstance.get() as instance:
+        instance.add_dynamic_partitions(BATCHES_PARTITION, keys)
+    spec = BatchRunSpec((HEURISTIC,), {"batches_dir": str(tmp_path / "batches"),
+                                       "incoming_dir": str(tmp_path / "incoming")},
+                        str(tmp_path / "assets"), "WARNING")
+    failures = _run_in_workers(spec, [[k] for k in keys], 2)
+    failed = [f for f in failures if f]
+    assert failed and all(label in keys and "no batch file" in error
+                          for label, error in failed)
+    assert len(failures) < len(keys)  # the runs not started were not started
