@@ -74,8 +74,9 @@ def test_parallel_workers_evaluate_every_batch_into_one_postgres_instance(
             (start,) = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_START)
             assert start.dagster_event is not None
             pids.add(start.dagster_event.pid)
-    # The batch runs happened in as many worker processes, none of them this one.
-    assert len(batch_runs) >= 2 and len(pids) == len(batch_runs)
+    # The batch runs happened in the worker processes (at most three, each taking the next
+    # run as it finished one), none of them this one.
+    assert len(batch_runs) >= 2 and 1 <= len(pids) <= 3
     assert os.getpid() not in pids
 
     # The event log is in the database: every batch's summaries materialization is a row.
