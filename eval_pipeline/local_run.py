@@ -561,8 +561,8 @@ AUTO_WORKERS_MIN_BYTES = 8 * 2**20
 about 1 s of CPU to start (importing Dagster, pandas and the stages, building the
 Definitions) and two workers about 8 s more CPU than one process on the corpora, while an
 offline run costs about 2.5 s of CPU per MB of batch files: on 8 MB two workers should
-save some 5 s of the runs' 20 (estimated from the corpora, 17 MB, 41.7 s -> 23.9 s, README
-Performance -> Orchestration; not measured at 8 MB)."""
+save some 5 s of the runs' 20 (estimated from the corpora, 17 MB, 41.7 s -> 23.9 s,
+docs/performance.md, Orchestration; not measured at 8 MB)."""
 AUTO_WORKERS_MAX = 2
 """The most processes chosen by default: measured on two cores, and each worker's SQLite
 writes wait for the others' (more would mostly wait)."""
