@@ -484,14 +484,6 @@ def batch_sizes(batches_dir: Path, keys: Sequence[str]) -> dict[str, int]:
     return sizes
 
 
-def batches_within(batches_dir: Path, keys: Sequence[str], limit: int) -> int | None:
-    """How many batches of their mean file size fit in ``limit`` bytes; None for all."""
-    sizes = list(batch_sizes(batches_dir, keys).values())
-    if not sizes or sum(sizes) <= limit:
-        return None
-    return max(1, int(limit // (sum(sizes) / len(sizes))))
-
-
 BATCH_WEIGHT_BYTES = 64 * 2**10
 """What a batch costs a run beside its records (its tables written and read, its events and
 metadata for each of the 11 per-batch assets: about 60 ms of CPU on the corpora), in bytes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval_pipeline.local_run import batches_within
+from eval_pipeline.local_run import batch_sizes, plan_runs
 from eval_pipeline.splitting import split_drop
 
 
@@ -15,6 +15,10 @@ def test_runs_hold_batches_up_to_the_byte_limit(tmp_path: Path) -> None:
     keys = [m.partition_key for m in split_drop(drop, tmp_path / "batches", 10)]
     assert len(keys) == 10
     size = (tmp_path / "batches" / "drop" / "drop01.jsonl").stat().st_size
-    assert batches_within(tmp_path / "batches", keys, 100 * size) is None  # all fit: one run
-    assert batches_within(tmp_path / "batches", keys, int(3.5 * size)) == 3
-    assert batches_within(tmp_path / "batches", keys, size // 2) == 1
+    sizes = batch_sizes(tmp_path / "batches", keys)
+    assert list(sizes) == keys and sizes["drop01"] == size
+    assert plan_runs([keys], sizes, 1, 100 * size) == [keys]  # all fit: one run
+    runs = plan_runs([keys], sizes, 1, int(3.5 * size))
+    assert [k for run in runs for k in run] == keys
+    assert max(len(run) for run in runs) == 3
+    assert plan_runs([keys], sizes, 1, size // 2) == [[k] for k in keys]  # one batch a run
