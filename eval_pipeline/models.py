@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 ReparseRule = Literal["xml_tags"]
@@ -139,6 +140,20 @@ class ParseResult(BaseModel):
 
 
 _STEP_LIST = TypeAdapter(list[Step])
+
+STEP_ARROW_TYPE = pa.struct([
+    ("kind", pa.large_string()), ("content", pa.large_string()), ("start", pa.int64()),
+    ("end", pa.int64()), ("tool_name", pa.large_string()), ("tool_type", pa.large_string()),
+    ("tool_input", pa.large_string()), ("tool_call_id", pa.large_string()),
+    ("turn", pa.int64()), ("label", pa.float64()),
+])
+"""One :class:`Step` as an Arrow struct, its fields in the model's order, so a ``steps``
+cell read back from Arrow is the dict ``steps_to_rows`` makes. Fixed rather than inferred
+per batch: inference types a field that is None in every step of a batch as ``null``, so
+two batches' tables disagree on the schema, and compiled stages need one type to work on."""
+
+STEPS_ARROW_TYPE = pa.list_(STEP_ARROW_TYPE)
+"""The ``steps`` column: a list of :data:`STEP_ARROW_TYPE` per trajectory."""
 
 
 def steps_to_rows(steps: list[Step]) -> list[dict[str, Any]]:
