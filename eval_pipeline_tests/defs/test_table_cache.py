@@ -26,8 +26,16 @@ from eval_pipeline.defs.pipeline.table_cache import (
     is_plain,
 )
 from eval_pipeline.judges.config import JudgeConfig
+from eval_pipeline.models import Step, steps_to_rows
 from eval_pipeline.splitting import split_drop
+from eval_pipeline.steps_column import STEPS_DTYPE, as_steps_column, with_arrow_steps
 from eval_pipeline_tests.stage_digests import digest_table
+
+
+def _read(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """What the IO manager's reads give: ``pd.read_parquet``, but for the steps column,
+    which comes back as Arrow (#12.1)."""
+    return with_arrow_steps(pd.read_parquet(path, columns=columns))
 
 
 def _same(served: pd.DataFrame, read: pd.DataFrame) -> None:
@@ -90,22 +98,26 @@ def test_a_run_served_from_memory_writes_what_a_run_reading_files_writes(
 def test_what_the_cache_serves_is_what_reading_the_file_gives(
         project_root: Path, tmp_path: Path) -> None:
     """Every table a run wrote, as the cache serves it (whole, and a few columns) against
-    pd.read_parquet of the file: plain tables from the kept frame, the others (steps, mixed
+    the file read back (steps as Arrow): plain tables from the kept frame, the others (mixed
     values) converted again from Arrow."""
     files, _ = _run_graph(project_root, tmp_path, cache_mb=256, report=False)
     assert len(files) == 11 * 3
     served_plain = served_arrow = 0
     for name, path in files.items():
-        read = pd.read_parquet(path)
+        read = _read(path)
         served = TABLE_CACHE.get(str(path), file_stamp(str(path)))
         assert served is not None, name
         _same(served, read)
         columns = [*list(reversed(read.columns[:3])), "no_such_column"]
         _same(TABLE_CACHE.get(str(path), file_stamp(str(path)), columns),
-              pd.read_parquet(path, columns=[c for c in columns if c in read.columns]))
+              _read(path, columns=[c for c in columns if c in read.columns]))
         served_plain += is_plain(read)
         served_arrow += not is_plain(read)
     assert served_plain and served_arrow
+
+
+STEP_ROWS = steps_to_rows([Step(kind="tool_call", content="<s>q</s>", start=0, end=8,
+                                tool_name="s", tool_type="s", tool_input="q")])
 
 
 def _table(n: int = 3) -> pd.DataFrame:
@@ -114,7 +126,7 @@ def _table(n: int = 3) -> pd.DataFrame:
 
 
 def _nested(n: int = 2) -> pd.DataFrame:
-    return pd.DataFrame({"steps": [[{"kind": "tool", "args": ["a"]}] for _ in range(n)],
+    return pd.DataFrame({"calls": [[{"kind": "tool", "args": ["a"]}] for _ in range(n)],
                          "reward": [None, 1.0][:n]})
 
 
@@ -168,8 +180,8 @@ def test_a_consumer_changing_what_it_was_served_changes_nothing_for_the_next(
     again = cache.get(str(plain), file_stamp(str(plain)))
     _same(again, pd.read_parquet(plain))
     served = cache.get(str(nested), file_stamp(str(nested)))
-    assert served is not None and isinstance(served["steps"].iloc[0], np.ndarray)
-    served["steps"].iloc[0][0]["kind"] = "changed"  # the objects inside are its own
+    assert served is not None and isinstance(served["calls"].iloc[0], np.ndarray)
+    served["calls"].iloc[0][0]["kind"] = "changed"  # the objects inside are its own
     _same(cache.get(str(nested), file_stamp(str(nested))), pd.read_parquet(nested))
 
 
@@ -223,10 +235,22 @@ def test_the_arrow_tables_written_are_what_from_pandas_makes(
     odd = [
         pd.DataFrame({"steps": [[{"a": 1}], []], "n": [None, None], "s": ["x", None]}),
         pd.DataFrame({"steps": [[], [{"a": 2}]], "n": [None, 1.5], "s": [None, None]}),
+        with_arrow_steps(pd.DataFrame({"steps": [[], STEP_ROWS], "n": [1, 2]})),
+        pd.DataFrame({"n": [1.5], "steps": as_steps_column(pd.Series([STEP_ROWS])),
+                      "c": pd.Categorical(["a"])}),
         pd.DataFrame({"when": pd.to_datetime(["2026-01-01", None]), "c": pd.Categorical(
             ["a", "b"])}),
         pd.DataFrame({1: [1], "x": [True]}),
     ]
+    assert {str(f["steps"].dtype) for f in frames if "steps" in f.columns} == {
+        str(STEPS_DTYPE)}
     for frame in [*frames, *odd, *odd]:  # twice: the second time from the kept schemas
         expected = pa.Table.from_pandas(frame, preserve_index=False)
+        if "steps" in frame.columns and frame["steps"].dtype == STEPS_DTYPE:
+            # Arrow steps: their own buffers, recorded as steps as Python lists are
+            # (pandas cannot read back what from_pandas records for the Arrow dtype)
+            as_lists = frame.assign(steps=pd.Series(frame["steps"].tolist(), dtype=object,
+                                                    index=frame.index))
+            expected = expected.replace_schema_metadata(pa.Table.from_pandas(
+                as_lists, preserve_index=False).schema.metadata)
         assert io_module.to_arrow(frame).equals(expected, check_metadata=True)

@@ -51,6 +51,7 @@ from eval_pipeline.defs.pipeline.table_cache import (
     file_stamp,
     frame_from_arrow,
 )
+from eval_pipeline.steps_column import STEPS_DTYPE
 from eval_pipeline.store import resolve_store
 
 INDEXER = "eval_pipeline/indexer"
@@ -107,12 +108,38 @@ _MAX_SCHEMAS = 1024
 
 def _convertible(frame: pd.DataFrame) -> bool:
     """Columns :func:`to_arrow` converts itself: unique string names, numpy numbers,
-    booleans and objects, and pandas' default strings (no categoricals, dates or other
-    types whose pandas metadata depends on their values)."""
+    booleans and objects, pandas' default strings and Arrow steps (no categoricals, dates
+    or other types whose pandas metadata depends on their values)."""
     names = list(frame.columns)
     return (all(isinstance(n, str) for n in names) and len(set(names)) == len(names)
             and all((isinstance(t, np.dtype) and t.kind in "biufO") or t == _STRINGS
-                    for t in frame.dtypes))
+                    or (n == "steps" and t == STEPS_DTYPE)
+                    for n, t in frame.dtypes.items()))
+
+
+_STEPS_COLUMN = {"name": "steps", "field_name": "steps", "pandas_type": "list[object]",
+                 "numpy_type": "object", "metadata": None}
+"""pandas' metadata for an Arrow ``steps`` column: what ``Table.from_pandas`` records for
+steps held as Python lists, so any reader (``pd.read_parquet``, older code) reads the file
+as it read it before. What it records for the Arrow dtype cannot be read back at all:
+pandas cannot parse that ``numpy_type``."""
+
+
+def _converted_by_pandas(frame: pd.DataFrame) -> pa.Table:
+    """``pa.Table.from_pandas(frame, preserve_index=False)``; an Arrow ``steps`` column
+    (whose buffers from_pandas takes as they are) recorded in the metadata as
+    :data:`_STEPS_COLUMN`."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if "steps" not in frame.columns or not any(
+            name == "steps" and dtype == STEPS_DTYPE for name, dtype in frame.dtypes.items()):
+        return table
+    metadata = dict(table.schema.metadata or {})
+    if b"pandas" in metadata:
+        document = json.loads(metadata[b"pandas"])
+        document["columns"] = [dict(_STEPS_COLUMN) if c.get("name") == "steps" else c
+                               for c in document["columns"]]
+        metadata[b"pandas"] = json.dumps(document).encode()
+    return table.replace_schema_metadata(metadata)
 
 
 def _from_pandas(frame: pd.DataFrame) -> pa.Table:
@@ -122,20 +149,22 @@ def _from_pandas(frame: pd.DataFrame) -> pa.Table:
     metadata, which depends only on the names, the dtypes and the Arrow types here, taken
     from the first table of each kind that from_pandas converted (#12.4). Converting was
     the largest part of writing a run's tables; the tests compare the result with
-    from_pandas, metadata included, on every table of a run."""
+    from_pandas, metadata included, on every table of a run. An Arrow ``steps`` column
+    (#12.1) is written as it is, without a copy or a conversion (``pa.array`` takes an
+    Arrow-backed array's own buffers), with the metadata of steps as Python lists."""
     if not _convertible(frame):
-        return pa.Table.from_pandas(frame, preserve_index=False)
+        return _converted_by_pandas(frame)
     try:
         manager = frame._mgr
         arrays = [pa.array(manager.iget_values(i), from_pandas=True)
                   for i in range(len(frame.columns))]
     except AttributeError:  # a pandas without the block manager's column access
-        return pa.Table.from_pandas(frame, preserve_index=False)
+        return _converted_by_pandas(frame)
     key = (tuple(frame.columns), tuple(str(t) for t in frame.dtypes), str(frame.columns.dtype),
            tuple(str(a.type) for a in arrays))
     schema = _SCHEMAS.get(key)
     if schema is None:
-        table = pa.Table.from_pandas(frame, preserve_index=False)
+        table = _converted_by_pandas(frame)
         if len(_SCHEMAS) < _MAX_SCHEMAS:
             _SCHEMAS[key] = table.schema
         return table
@@ -314,13 +343,16 @@ def _read_columns(path: UPath, columns: Sequence[str]) -> tuple[pd.DataFrame, Fi
 def read_parquet(path: UPath, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """A table of the store, local or under any fsspec URL: opened through fsspec and read
     from the handle (pandas and pyarrow given a ``memory://`` or ``s3://`` path object
-    cannot open it themselves). ``columns``: only those present in the file."""
+    cannot open it themselves). ``columns``: only those present in the file. Converted as
+    ``pd.read_parquet`` converts, but for the ``steps`` column, which stays Arrow
+    (:func:`~eval_pipeline.defs.pipeline.table_cache.frame_from_arrow`)."""
     with path.open("rb") as fh:
         if not columns:
-            return pd.read_parquet(fh)
+            return frame_from_arrow(pq.read_table(fh, use_pandas_metadata=True))
         present = set(pq.read_schema(fh).names)
         fh.seek(0)
-        return pd.read_parquet(fh, columns=[c for c in columns if c in present])
+        return frame_from_arrow(pq.read_table(fh, columns=[c for c in columns if c in present],
+                                              use_pandas_metadata=True))
 
 
 def by_partition(obj: pd.DataFrame | Mapping[str, pd.DataFrame], keys: list[str],

@@ -7,13 +7,16 @@ cache, and a consumer in the same process is served from it instead of the file,
 the file is still the one the table came from.
 
 What is served is exactly what reading the file would give (the tests compare every table
-of a run): a table whose columns all have plain dtypes (strings, numbers, booleans, no
-Python objects) is served as a shallow copy of the frame (pandas' copy-on-write keeps a
-consumer's changes off the cached frame); one with object columns (nested steps, mixed
-values) is converted from the Arrow table that was written, by the same function
-``pd.read_parquet`` uses; that conversion is kept and shared like a plain frame when it holds
-no mutable values (lists, dicts, arrays), and repeated for every consumer when it does (the
-nested steps), so each gets its own objects, as from a file.
+of a run), except that ``steps`` columns come back as Arrow
+(:data:`~eval_pipeline.steps_column.STEPS_DTYPE`, #12.1), converted by neither the write nor
+the read. A table whose columns all have plain dtypes (strings, numbers, booleans, Arrow
+steps: no Python objects) is served as a shallow copy of the frame (pandas' copy-on-write
+keeps a consumer's changes off the cached frame; Arrow memory is immutable and every
+conversion of it to Python makes new objects); one with object columns (mixed values) is
+converted from the Arrow table that was written, by the same function ``pd.read_parquet``
+uses; that conversion is kept and shared like a plain frame when it holds no mutable values
+(lists, dicts, arrays), and repeated for every consumer when it does, so each gets its own
+objects, as from a file.
 
 Bounded and scoped: at most ``budget`` bytes (Arrow size), least recently used first out;
 emptied when a new run starts in the process; keyed by the file's path and checked against
@@ -30,6 +33,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -39,11 +43,16 @@ import pyarrow as pa
 # what it gives with pd.read_parquet on every table of a run.
 from pandas.io._util import arrow_table_to_pandas  # type: ignore[import-not-found]
 
+from eval_pipeline.models import STEP_ARROW_TYPE, STEPS_ARROW_TYPE
+from eval_pipeline.steps_column import STEPS_DTYPE, steps_array
+
 DEFAULT_BUDGET_MB = 256
 """The default budget: a CLI run holds at most about 16 MB of batch files (#12.3), whose
 per-batch tables in Arrow form stay within this in one run's hot set (each table is read
 by the next steps of the same run, soon after it is written)."""
 _ATTRS = b"PANDAS_ATTRS"
+_PANDAS = b"pandas"
+_STEP_FIELDS = frozenset(field.name for field in STEP_ARROW_TYPE)
 
 
 @dataclass(frozen=True)
@@ -68,12 +77,66 @@ def file_stamp(path: str) -> FileStamp | None:
 
 
 def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
-    """The DataFrame ``pd.read_parquet`` makes of ``table`` (its conversion and attrs)."""
-    frame = arrow_table_to_pandas(table)
+    """The DataFrame ``pd.read_parquet`` makes of ``table`` (its conversion and attrs),
+    except its ``steps`` column, which comes back as :data:`STEPS_DTYPE` without being
+    converted to Python (#12.1: a table written before the type was fixed, with ``null``
+    fields inferred, is cast)."""
+    position = table.schema.get_field_index("steps")
+    steps = _as_steps(table.column(position)) if position >= 0 else None
+    if steps is None:
+        frame = arrow_table_to_pandas(table)
+    else:
+        rest = table.remove_column(position)
+        metadata = rest.schema.metadata
+        if metadata and _PANDAS in metadata:
+            rest = rest.replace_schema_metadata(
+                {**metadata, _PANDAS: _without_steps(metadata[_PANDAS])})
+        frame = arrow_table_to_pandas(rest)
+        if len(frame) != table.num_rows:  # no other column: pandas made no rows
+            frame = pd.DataFrame(index=pd.RangeIndex(table.num_rows))
+        before = sum(1 for name in table.column_names[:position] if name in frame.columns)
+        frame.insert(before, "steps", pd.Series(pd.arrays.ArrowExtensionArray(steps),
+                                                index=frame.index, copy=False))
     metadata = table.schema.metadata or {}
     if _ATTRS in metadata:
         frame.attrs = json.loads(metadata[_ATTRS])
     return frame
+
+
+def _step_like(kind: pa.DataType) -> bool:
+    """A type a steps column had: the fixed one, or one inferred from step rows (a list of
+    structs with no field a step lacks, or of nulls, or null)."""
+    if kind == STEPS_ARROW_TYPE or pa.types.is_null(kind):
+        return True
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+        return False
+    item = kind.value_type
+    return pa.types.is_null(item) or (
+        pa.types.is_struct(item) and {field.name for field in item} <= _STEP_FIELDS)
+
+
+def _as_steps(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """A ``steps`` column as :data:`~eval_pipeline.models.STEPS_ARROW_TYPE` (cast when it
+    was inferred), or None when it is not one a cast can make steps of (a table of some
+    other nested values that happens to name a column so: converted as pandas does; a
+    cast would drop the fields a step does not have)."""
+    if not _step_like(column.type):
+        return None
+    try:
+        return steps_array(column)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+
+
+@lru_cache(maxsize=256)
+def _without_steps(pandas_metadata: bytes) -> bytes:
+    """pandas' metadata with the ``steps`` column left out of its column list: the column
+    is converted on its own, and pandas cannot parse the ``numpy_type`` that
+    ``Table.from_pandas`` records for an Arrow list dtype (a table written that way would
+    not convert at all). Cached: the batches of an asset share their metadata."""
+    document = json.loads(pandas_metadata)
+    document["columns"] = [c for c in document.get("columns", []) if c.get("name") != "steps"]
+    return json.dumps(document).encode()
 
 
 _STRINGS = pd.StringDtype("pyarrow", na_value=np.nan)
@@ -85,13 +148,16 @@ def _plain_dtype(dtype: object) -> bool:
 
 
 def is_plain(frame: pd.DataFrame) -> bool:
-    """Only numbers, booleans and pandas' default strings, and the index a read gives: such
-    a frame is what reading its Parquet back gives (dtypes and values), and a shallow copy of
-    it is safe to share (no Python objects a consumer could change in place; copy-on-write
-    covers the columns). Any other column (Python objects, nested lists) is not."""
+    """Only numbers, booleans and pandas' default strings (and Arrow steps in the ``steps``
+    column), and the index a read gives: such a frame is what reading its Parquet back gives
+    (dtypes and values), and a shallow copy of it is safe to share (no Python objects a
+    consumer could change in place: Arrow memory is immutable, every conversion of it makes
+    new lists and dicts; copy-on-write covers the columns). Any other column (Python
+    objects, nested lists as objects) is not."""
     index = frame.index
     return (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
-            and all(_plain_dtype(dtype) for dtype in frame.dtypes))
+            and all(_plain_dtype(dtype) or (name == "steps" and dtype == STEPS_DTYPE)
+                    for name, dtype in frame.dtypes.items()))
 
 
 _IMMUTABLE = (str, bytes, int, float, bool, np.generic)

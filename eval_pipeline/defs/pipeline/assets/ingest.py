@@ -21,6 +21,7 @@ from eval_pipeline.exports.common import with_span_ids
 from eval_pipeline.preprocess import PreprocessStats
 from eval_pipeline.score_changes import combined_hash, content_hash
 from eval_pipeline.splitting import MissingBatchError
+from eval_pipeline.steps_column import with_arrow_steps
 from eval_pipeline.versions import source_version
 
 INGEST_GROUP = "ingest"
@@ -106,6 +107,7 @@ def raw_trajectories(
     for batch in context.partition_keys:
         path, manifest = located[batch]
         raw, quarantined = ingest.read_batch(path, manifest, batch, pipeline.read_options())
+        raw = with_arrow_steps(raw)  # the stages' contract (#12.1); a no-op once parse makes it
         hashes[batch] = content_hash(path)
         raws[batch], quarantines[batch] = raw, quarantined
         expected = (len(manifest.lines) if manifest.lines is not None
@@ -192,6 +194,7 @@ def preprocessed_trajectories(
     for batch in context.partition_keys:
         raw = raw_trajectories[batch]
         kept, removed, stats = ingest.preprocess_batch(raw, config, registry)
+        kept = with_arrow_steps(kept)  # as raw_trajectories: Arrow steps (#12.1)
         totals.append(stats)
         kept_frames[batch], removed_frames[batch] = kept, removed
         if len(kept) + len(removed) != len(raw):
