@@ -33,7 +33,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -51,7 +50,7 @@ DEFAULT_BUDGET_MB = 256
 per-batch tables in Arrow form stay within this in one run's hot set (each table is read
 by the next steps of the same run, soon after it is written)."""
 _ATTRS = b"PANDAS_ATTRS"
-_PANDAS = b"pandas"
+_STEPS_FIELD = pa.field("steps", STEPS_ARROW_TYPE)
 _STEP_FIELDS = frozenset(field.name for field in STEP_ARROW_TYPE)
 
 
@@ -80,27 +79,29 @@ def frame_from_arrow(table: pa.Table) -> pd.DataFrame:
     """The DataFrame ``pd.read_parquet`` makes of ``table`` (its conversion and attrs),
     except its ``steps`` column, which comes back as :data:`STEPS_DTYPE` without being
     converted to Python (#12.1: a table written before the type was fixed, with ``null``
-    fields inferred, is cast)."""
+    fields inferred, is cast first)."""
     position = table.schema.get_field_index("steps")
-    steps = _as_steps(table.column(position)) if position >= 0 else None
+    steps = table.column(position) if position >= 0 else None
+    if steps is not None and steps.type != STEPS_ARROW_TYPE:
+        steps = _as_steps(steps)
+        if steps is not None:
+            table = table.set_column(position, _STEPS_FIELD, steps)
     if steps is None:
         frame = arrow_table_to_pandas(table)
     else:
-        rest = table.remove_column(position)
-        metadata = rest.schema.metadata
-        if metadata and _PANDAS in metadata:
-            rest = rest.replace_schema_metadata(
-                {**metadata, _PANDAS: _without_steps(metadata[_PANDAS])})
-        frame = arrow_table_to_pandas(rest)
-        if len(frame) != table.num_rows:  # no other column: pandas made no rows
-            frame = pd.DataFrame(index=pd.RangeIndex(table.num_rows))
-        before = sum(1 for name in table.column_names[:position] if name in frame.columns)
-        frame.insert(before, "steps", pd.Series(pd.arrays.ArrowExtensionArray(steps),
-                                                index=frame.index, copy=False))
+        # What arrow_table_to_pandas does (pandas 3, pyarrow >= 19: Table.to_pandas without
+        # a mapper; the tests hold the two alike), the steps' type mapped to STEPS_DTYPE,
+        # which wraps the column as it is. A mapper also overrides the column's pandas
+        # metadata, which pandas cannot parse when a writer recorded the Arrow dtype.
+        frame = table.to_pandas(types_mapper=_steps_dtype)
     metadata = table.schema.metadata or {}
     if _ATTRS in metadata:
         frame.attrs = json.loads(metadata[_ATTRS])
     return frame
+
+
+def _steps_dtype(kind: pa.DataType) -> pd.ArrowDtype | None:
+    return STEPS_DTYPE if kind == STEPS_ARROW_TYPE else None
 
 
 def _step_like(kind: pa.DataType) -> bool:
@@ -126,17 +127,6 @@ def _as_steps(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
         return steps_array(column)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None
-
-
-@lru_cache(maxsize=256)
-def _without_steps(pandas_metadata: bytes) -> bytes:
-    """pandas' metadata with the ``steps`` column left out of its column list: the column
-    is converted on its own, and pandas cannot parse the ``numpy_type`` that
-    ``Table.from_pandas`` records for an Arrow list dtype (a table written that way would
-    not convert at all). Cached: the batches of an asset share their metadata."""
-    document = json.loads(pandas_metadata)
-    document["columns"] = [c for c in document.get("columns", []) if c.get("name") != "steps"]
-    return json.dumps(document).encode()
 
 
 _STRINGS = pd.StringDtype("pyarrow", na_value=np.nan)
