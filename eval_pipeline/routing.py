@@ -523,8 +523,9 @@ def routing_table(preprocessed: pd.DataFrame, mode: TrajectoryMode = "superset",
     results = []
     recorded = (preprocessed["expected_tools"].tolist() if "expected_tools" in preprocessed
                 else [None] * len(preprocessed))
-    # no expectation recorded: nothing to check
-    checked = preprocessed[[isinstance(expected, str) for expected in recorded]]
+    # no expectation recorded: nothing to check (a row mask, also for a table of no rows)
+    checked = preprocessed[pd.Series([isinstance(expected, str) for expected in recorded],
+                                     index=preprocessed.index, dtype=bool)]
     for row in checked.to_dict("records"):
         expected = row["expected_tools"]
         calls = row.get("expected_calls")
