@@ -1,0 +1,601 @@
+"""The XML-tag format's steps built in Arrow for a whole batch at once (#12.1, target 1).
+
+:func:`~eval_pipeline.formats.xml_tags.analyze_xml_rows` reads one response at a time into
+Python dicts, and every dict then has to be converted to the ``steps`` column's Arrow type
+(``STEPS_ARROW_TYPE``): the two together cost several times ``json.loads`` of the batch.
+Here the batch's responses go into one Arrow string array, the known tags (``<think>``,
+``</result>``, the registry's tool tags ...) are found with numpy on its UTF-8 buffer, and
+the steps of every response that is *simply* well formed are cut as offsets into that
+buffer: the step texts are taken from it by one Arrow ``take``, no Python string per step.
+
+"Simply well formed" is a condition checked per response that implies
+``_read_well_formed`` reads it, and reads it as done here (``test_xml_arrow.py`` holds every
+corpora file and generated edge cases to the Python reading):
+
+- its known tags, in order, are ``<name>`` ``</name>`` pairs, the last possibly an
+  ``<answer>`` left open (read to the end of the text);
+- no other spelling of a known name occurs (``<THINK>``, ``<think x>``, ``</think >``, a
+  non-ASCII character right after a name or right after ``<``: Python's case-insensitive
+  regex matches some of those), so each element's body holds no tag of its own name;
+- between elements and inside an ``<answer>`` nothing looks like a tag (``<`` followed by a
+  letter, ``_`` or ``/``) except a self-closing ``<execute_tools />``;
+- no ``<tool_call>`` (its JSON body is read in Python), and no step text whose trimmed edge
+  is non-ASCII whitespace (``str.strip`` strips it; the byte trim here strips ASCII only).
+
+Any other response (a fifth of the generated drop: unclosed or nested tags, tags inside an
+answer ...) goes through the Python reading, so every value is the same. A response that
+does not encode as UTF-8 (an escaped lone surrogate, which ``json.loads`` accepts) cannot
+be held by the Arrow table at all (before this module, ``read_batch`` raised on it when
+pandas made the ``str`` column): its record is quarantined as ``invalid_encoding``.
+Character offsets are Python ``str`` indexes: byte offsets less the UTF-8 continuation
+bytes before them. The records themselves are still read by ``json.loads`` per line, so
+quarantine, line numbers and ids are exactly the Python path's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eval_pipeline.formats.base import ParseContext, RawRecord
+from eval_pipeline.formats.records import finish_row
+from eval_pipeline.formats.xml_tags import (
+    StepRow,
+    XmlTagParser,
+    split_action,
+    strip_clip_evaluations,
+)
+from eval_pipeline.models import GENERIC_TOOL_TYPE, STEP_ARROW_TYPE, ParseResult
+from eval_pipeline.steps_column import steps_array
+from eval_pipeline.tool_registry import ToolRegistry
+
+_WINDOW = 32
+"""Bytes read after each ``<``: a known name up to 31 characters is recognised."""
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+_CHUNK_BYTES = 32 << 20
+"""Responses are cut in chunks of about this many bytes: the numpy work arrays are a few
+times a chunk's size, never the whole of a large batch's."""
+
+_KINDS = ["text", "thought", "tool_result", "answer", "tool_call"]
+_TEXT, _THOUGHT, _RESULT, _ANSWER, _CALL = range(5)
+_KIND_ARRAY = pa.array(_KINDS, pa.large_string())
+
+_IS_NAME = np.zeros(256, dtype=bool)
+for _c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-":
+    _IS_NAME[_c] = True
+_IS_FIRST = _IS_NAME.copy()
+_IS_FIRST[list(b"0123456789.-")] = False
+_TAGLIKE_NEXT = _IS_FIRST.copy()
+_TAGLIKE_NEXT[ord("/")] = True
+_LOWER = np.arange(256, dtype=np.uint8)
+_LOWER[65:91] += 32
+_ASCII_SPACE = np.zeros(256, dtype=bool)
+_ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # what str.strip strips < 128
+_MAYBE_SPACE_LEAD = np.zeros(256, dtype=bool)
+_MAYBE_SPACE_LEAD[[0xC2, 0xE1, 0xE2, 0xE3]] = True  # leads of U+0085 ... U+3000
+_SELF_CLOSING = (b"execute_tools />", b"execute_tools/>")
+_NOTE_UNCLOSED_ANSWER = "unclosed <answer> read to the end of the response"
+_NOTE_NO_TAGS = "no tags: the whole response is one text step"
+
+
+@dataclass
+class _Names:
+    """The known names: ``think``, ``result``, ``tool_param``, ``tool_call``, the
+    registry's tool tags, then ``answer``; as packed keys for matching in numpy."""
+
+    names: list[str]
+    keys: np.ndarray  # (n, _WINDOW // 8) uint64: each name's bytes zero-padded
+    answer: int
+    tool_call: int
+    think: int
+    result: int
+    tool_param: int
+    sorted_hashes: np.ndarray
+    hash_order: np.ndarray
+
+    def match(self, window: np.ndarray) -> np.ndarray:
+        """Each row of ``window`` (name bytes, zero-padded to ``_WINDOW``) -> the index of
+        the name it spells, or -1."""
+        words = np.ascontiguousarray(window).view(np.uint64)
+        hashes = _hash(words)
+        at = np.minimum(np.searchsorted(self.sorted_hashes, hashes),
+                        len(self.sorted_hashes) - 1)
+        found = np.where(self.sorted_hashes[at] == hashes, self.hash_order[at], -1)
+        hit = found >= 0
+        found[hit] = np.where((words[hit] == self.keys[found[hit]]).all(axis=1),
+                              found[hit], -1)
+        return found
+
+
+def _names(registry: ToolRegistry) -> _Names | None:
+    """The names to look for, or None when one cannot be matched byte for byte here."""
+    element = sorted({"think", "result", "tool_param", "tool_call", *registry.tool_tags})
+    if "answer" in element or not all(_NAME_RE.match(n) and n.isascii()
+                                      and len(n) < _WINDOW and n == n.lower()
+                                      for n in element):
+        return None
+    names = [*element, "answer"]
+    keys = np.zeros((len(names), _WINDOW), dtype=np.uint8)
+    for i, name in enumerate(names):
+        keys[i, :len(name)] = np.frombuffer(name.encode(), dtype=np.uint8)
+    words = keys.view(np.uint64)
+    hashes = _hash(words)
+    order = np.argsort(hashes)
+    return _Names(names, words, len(names) - 1, names.index("tool_call"),
+                  names.index("think"), names.index("result"), names.index("tool_param"),
+                  hashes[order], order)
+
+
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                 0x27D4EB2F165667C5], dtype=np.uint64)
+
+
+def _hash(words: np.ndarray) -> np.ndarray:
+    """One uint64 per row of packed words (wrapping arithmetic): a sort key to look names
+    up by; equal rows hash equal, and every hit is checked word for word."""
+    with np.errstate(over="ignore"):
+        return (words * _MIX[:words.shape[1]]).sum(axis=1, dtype=np.uint64)
+
+
+@dataclass
+class ArrowSteps:
+    """The compiled reading of a batch's responses, one entry per response handed in."""
+
+    ok: np.ndarray
+    """True where the steps here are the Python reading's; False: read it in Python."""
+    steps: pa.Array
+    """``STEPS_ARROW_TYPE``, one list per response (empty where not ``ok``)."""
+    notes: list[list[str]]
+    unknown: list[list[str]]
+    """The unregistered tool names of each response's calls, sorted (``finish_row``)."""
+    responses: pa.Array
+    """The responses as a large_string array ("" where one is missing or not UTF-8)."""
+    encoded: np.ndarray
+    """True where ``responses`` holds the response."""
+
+
+def _trim(buf: np.ndarray, start: np.ndarray, end: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``[start, end)`` byte ranges with ASCII whitespace trimmed off both ends, and
+    whether a trimmed edge may be non-ASCII whitespace (then Python must strip it)."""
+    s, e = start.copy(), end.copy()
+    for _ in range(16):
+        more = (s < e) & _ASCII_SPACE[buf[np.minimum(s, len(buf) - 1)]]
+        if not more.any():
+            break
+        s[more] += 1
+    else:
+        for i in np.flatnonzero((s < e) & _ASCII_SPACE[buf[np.minimum(s, len(buf) - 1)]]):
+            rest = np.flatnonzero(~_ASCII_SPACE[buf[s[i]:e[i]]])
+            s[i] = s[i] + rest[0] if len(rest) else e[i]
+    for _ in range(16):
+        more = (e > s) & _ASCII_SPACE[buf[np.maximum(e - 1, 0)]]
+        if not more.any():
+            break
+        e[more] -= 1
+    else:
+        for i in np.flatnonzero((e > s) & _ASCII_SPACE[buf[np.maximum(e - 1, 0)]]):
+            rest = np.flatnonzero(~_ASCII_SPACE[buf[s[i]:e[i]]])
+            e[i] = s[i] + rest[-1] + 1 if len(rest) else s[i]
+    filled = s < e
+    # The first character's lead byte, and the last character's (back over up to three
+    # continuation bytes).
+    lead_end = np.maximum(e - 1, 0)
+    for _ in range(3):
+        back = (lead_end > s) & ((buf[lead_end] & 0xC0) == 0x80)
+        lead_end[back] -= 1
+    suspect = filled & (_MAYBE_SPACE_LEAD[buf[np.minimum(s, len(buf) - 1)]]
+                        | _MAYBE_SPACE_LEAD[buf[lead_end]])
+    unsure = np.zeros(len(s), dtype=bool)
+    for i in np.flatnonzero(suspect):
+        first = bytes(buf[s[i]:min(s[i] + 3, e[i])]).decode("utf-8", "ignore")[:1]
+        last = bytes(buf[lead_end[i]:e[i]]).decode("utf-8", "ignore")
+        unsure[i] = first.isspace() or last.isspace()
+    return s, e, unsure
+
+
+def _continuation_before(data: pa.Buffer, points: np.ndarray, total: int) -> np.ndarray:
+    """The UTF-8 continuation bytes in ``data[:p]`` for each point ``p`` (each at a
+    character boundary): between neighbouring points, bytes less characters, the
+    characters counted by Arrow's ``utf8_length`` over a zero-copy array of the pieces."""
+    cuts, inverse = np.unique(np.concatenate([[0], points, [total]]), return_inverse=True)
+    pieces = pa.LargeStringArray.from_buffers(len(cuts) - 1, pa.py_buffer(cuts), data)
+    chars = pc.utf8_length(pieces).to_numpy(zero_copy_only=False)
+    before = np.concatenate([[0], np.cumsum(np.diff(cuts) - chars)])
+    return before[inverse.ravel()][1:-1]
+
+
+def _gather(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """The strings ``data[starts[i]:ends[i]]`` (ascending, not overlapping ranges) as one
+    large_string array: a zero-copy array whose strings alternate wanted ranges and the
+    bytes between them, then one ``take`` of the wanted ones."""
+    n = len(starts)
+    if not n:
+        return pa.array([], pa.large_string())
+    bounds = np.empty(2 * n, dtype=np.int64)
+    bounds[0::2] = starts
+    bounds[1::2] = ends
+    every = pa.LargeStringArray.from_buffers(2 * n - 1, pa.py_buffer(bounds), data)
+    return every.take(pa.array(np.arange(0, 2 * n, 2)))
+
+
+def arrow_steps(texts: Sequence[str | None], registry: ToolRegistry) -> ArrowSteps:
+    """The steps of ``texts`` (None: no response to read), chunk by chunk."""
+    names = _names(registry)
+    n = len(texts)
+    if names is None or not n:
+        return ArrowSteps(np.zeros(n, dtype=bool), pa.array([[]] * n, pa.list_(STEP_ARROW_TYPE)),
+                          [[] for _ in range(n)], [[] for _ in range(n)],
+                          pa.array([""] * n, pa.large_string()), np.zeros(n, dtype=bool))
+    parts: list[ArrowSteps] = []
+    begin = size = 0
+    for i, text in enumerate(texts):
+        size += len(text) if isinstance(text, str) else 0
+        if size >= _CHUNK_BYTES or i == n - 1:
+            parts.append(_chunk_steps(texts[begin:i + 1], registry, names))
+            begin, size = i + 1, 0
+    if len(parts) == 1:
+        return parts[0]
+    return ArrowSteps(np.concatenate([p.ok for p in parts]),
+                      pa.concat_arrays([p.steps for p in parts]),
+                      [x for p in parts for x in p.notes],
+                      [x for p in parts for x in p.unknown],
+                      pa.concat_arrays([p.responses for p in parts]),
+                      np.concatenate([p.encoded for p in parts]))
+
+
+def _encode(texts: Sequence[str | None]) -> tuple[pa.LargeStringArray, np.ndarray]:
+    """The texts as one large_string array ("" for a missing one or one that does not
+    encode as UTF-8: a lone surrogate), and which of them are really there."""
+    strs = [t if isinstance(t, str) else "" for t in texts]
+    present = np.array([isinstance(t, str) for t in texts], dtype=bool)
+    try:
+        return pa.array(strs, pa.large_string()), present
+    except UnicodeEncodeError:
+        for i, s in enumerate(strs):
+            try:
+                s.encode("utf-8")
+            except UnicodeEncodeError:
+                strs[i] = ""
+                present[i] = False
+        return pa.array(strs, pa.large_string()), present
+
+
+def _chunk_steps(texts: Sequence[str | None], registry: ToolRegistry, names: _Names
+                 ) -> ArrowSteps:
+    array, encoded = _encode(texts)
+    ok = encoded.copy()
+    n = len(texts)
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[:n + 1]
+    data = array.buffers()[2]
+    total = int(offsets[-1])
+    if data is None or total == 0:
+        data = pa.py_buffer(b"\0")
+    buf = np.frombuffer(data, dtype=np.uint8)[:total]
+    padded = np.zeros(total + _WINDOW + 2, dtype=np.uint8)
+    padded[:total] = buf
+
+    # Every '<' that may start a tag (followed by a letter, '_', '/' or a non-ASCII byte).
+    lt = np.flatnonzero(buf == 60)
+    after = padded[lt + 1]
+    lt = lt[_TAGLIKE_NEXT[after] | (after >= 0x80)]
+    after = padded[lt + 1]
+    closing = after == 47
+    name_at = lt + 1 + closing
+    first = padded[name_at]
+    window = padded[name_at[:, None] + np.arange(_WINDOW)]
+    is_name = _IS_NAME[window]
+    run = np.where(is_name.all(axis=1), _WINDOW, is_name.argmin(axis=1))
+    term = window[np.arange(len(lt)), run]
+    clipped = np.where(np.arange(_WINDOW) < run[:, None], window, 0)
+    exact_id = names.match(clipped)
+    lower_id = names.match(_LOWER[clipped])
+    exact_id[(term != 62) | (run == _WINDOW)] = -1
+    # A name in any spelling followed by anything but a name character, or a non-ASCII
+    # byte where a name starts or ends (Python's case-insensitive match folds some).
+    loose = (((lower_id >= 0) & _IS_FIRST[first]) | (first >= 0x80)
+             | ((term >= 0x80) & _IS_FIRST[first]))
+    taglike = _TAGLIKE_NEXT[after]
+    record_of_lt = np.searchsorted(offsets, lt, side="right") - 1
+
+    bad = np.zeros(n, dtype=bool)
+    bad[record_of_lt[loose & (exact_id < 0)]] = True
+
+    # The known tags must nest: each closer closes the latest open tag, of its name. The
+    # elements are the outermost ones (level 1); tags inside a body are its text, but
+    # not one of the body's own name (the element regex stops there) nor any inside an
+    # <answer> (its body holds no tag). An <answer> may stay open if nothing follows it.
+    is_tok = exact_id >= 0
+    all_pos = lt[is_tok]
+    all_name = exact_id[is_tok]
+    all_close = closing[is_tok]
+    all_rec = record_of_lt[is_tok]
+    all_end = name_at[is_tok] + run[is_tok] + 1
+    bad[all_rec[all_name == names.tool_call]] = True
+    delta = np.where(all_close, -1, 1)
+    depth = np.cumsum(delta)
+    count_all = np.bincount(all_rec, minlength=n)
+    start_all = np.concatenate([[0], np.cumsum(count_all)[:-1]])
+    depth_base = np.concatenate([[0], depth])[start_all]
+    depth = depth - depth_base[all_rec]
+    level = np.where(all_close, depth + 1, depth)
+    bad[all_rec[level <= 0]] = True
+    order = np.lexsort((np.arange(len(all_pos)), level, all_rec))
+    o_rec, o_level = all_rec[order], level[order]
+    new_group = np.ones(len(order), dtype=bool)
+    new_group[1:] = (o_rec[1:] != o_rec[:-1]) | (o_level[1:] != o_level[:-1])
+    group_start = np.maximum.accumulate(np.where(new_group, np.arange(len(order)), 0))
+    in_group = np.arange(len(order)) - group_start
+    o_close, o_name = all_close[order], all_name[order]
+    odd_group = (in_group % 2) == 1
+    wrong = np.where(odd_group, ~o_close, o_close)
+    prev_o_name = np.concatenate([[-1], o_name[:-1]])
+    wrong |= odd_group & (o_name != prev_o_name)
+    bad[o_rec[wrong]] = True
+    group_end = np.concatenate([new_group[1:], [True]])
+    dangling = group_end & ~odd_group  # an open tag never closed
+    last_of_record = np.zeros(len(all_pos), dtype=bool)
+    if len(all_pos):
+        last_of_record[start_all[count_all > 0] + count_all[count_all > 0] - 1] = True
+    dangling_ok = ((o_level == 1) & (o_name == names.answer)
+                   & last_of_record[order])
+    bad[o_rec[dangling & ~dangling_ok]] = True
+
+    top = level == 1
+    tok_pos = all_pos[top]
+    tok_name = all_name[top]
+    tok_close = all_close[top]
+    tok_rec = all_rec[top]
+    tok_end = all_end[top]
+    inner = np.flatnonzero(~top & (level > 0))
+    if len(inner):
+        outer = np.maximum(np.searchsorted(tok_pos, all_pos[inner], side="right") - 1, 0)
+        clash = ((tok_rec[outer] != all_rec[inner]) | tok_close[outer]
+                 | (tok_name[outer] == all_name[inner]) | (tok_name[outer] == names.answer))
+        bad[all_rec[inner][clash]] = True
+
+    # Anything tag-like outside the elements' bodies, or inside an <answer>.
+    loose_tag = taglike & (exact_id < 0)
+    at = lt[loose_tag]
+    before = np.searchsorted(tok_pos, at, side="right") - 1
+    rec_at = record_of_lt[loose_tag]
+    safe_before = np.maximum(before, 0)
+    opened = (before >= 0) & (tok_rec[safe_before] == rec_at) & ~tok_close[safe_before]
+    inside = opened & (tok_name[safe_before] != names.answer)
+    in_answer = opened & (tok_name[safe_before] == names.answer)
+    gap_window = window[loose_tag]
+    self_closing = np.zeros(len(at), dtype=bool)
+    for pattern in _SELF_CLOSING:
+        width = len(pattern)
+        self_closing |= (gap_window[:, :width]
+                         == np.frombuffer(pattern, dtype=np.uint8)).all(axis=1)
+    bad[rec_at[~inside & (in_answer | ~self_closing)]] = True
+    ok &= ~bad
+
+    # The elements of the records read here: open tag and its closer (or the end).
+    count = np.bincount(tok_rec, minlength=n)
+    first_tok = np.concatenate([[0], np.cumsum(count)[:-1]])
+    k = np.arange(len(tok_pos)) - first_tok[tok_rec]
+    good_tok = ok[tok_rec]
+    open_idx = np.flatnonzero(good_tok & ~tok_close)
+    e_rec = tok_rec[open_idx]
+    e_name = tok_name[open_idx]
+    e_start = tok_pos[open_idx]
+    e_open_end = tok_end[open_idx]
+    closed = k[open_idx] + 1 < count[e_rec]
+    close_idx = np.where(closed, open_idx + 1, open_idx)
+    e_body_end = np.where(closed, tok_pos[close_idx], offsets[e_rec + 1])
+    e_end = np.where(closed, tok_end[close_idx], offsets[e_rec + 1])
+    m = len(open_idx)
+    e_k = k[open_idx] // 2
+    same_prev = np.concatenate([[False], e_rec[1:] == e_rec[:-1]]) if m else np.zeros(0, bool)
+    prev_end = np.where(same_prev, np.concatenate([[0], e_end[:-1]]) if m else e_end,
+                        offsets[e_rec])
+    e_prev_name = np.where(same_prev, np.concatenate([[-1], e_name[:-1]]) if m else e_name,
+                           -1)
+
+    # Items in reading order: the gap before each element, the element, each record's tail.
+    recs = np.flatnonzero(ok)
+    n_elems = np.bincount(e_rec, minlength=n)
+    last_end = offsets[:-1].copy()
+    if m:
+        is_last = np.concatenate([e_rec[1:] != e_rec[:-1], [True]])
+        last_end[e_rec[is_last]] = e_end[is_last]
+    g_rec = np.concatenate([e_rec, e_rec, recs])
+    g_seq = np.concatenate([2 * e_k, 2 * e_k + 1, 2 * n_elems[recs]])
+    g_elem = np.concatenate([np.full(m, -1), np.arange(m), np.full(len(recs), -1)])
+    g_start = np.concatenate([prev_end, e_start, last_end[recs]])
+    g_end = np.concatenate([e_start, e_end, offsets[recs + 1]])
+    order = np.lexsort((g_seq, g_rec))
+    g_rec, g_elem, g_start, g_end = g_rec[order], g_elem[order], g_start[order], g_end[order]
+    is_elem = g_elem >= 0
+    el = np.maximum(g_elem, 0)
+    name = np.where(is_elem, e_name[el] if m else -1, -1)
+
+    # Content ranges: trimmed gaps and bodies, whole elements for tool tags / tool_param.
+    whole = is_elem & ((name == names.tool_param) | ((name != names.think)
+                       & (name != names.result) & (name != names.answer)))
+    body_start = np.where(is_elem & ~whole, e_open_end[el] if m else 0, g_start)
+    body_end = np.where(is_elem & ~whole, e_body_end[el] if m else 0, g_end)
+    c_start, c_end, unsure = _trim(padded, body_start, body_end)
+    c_start = np.where(whole, g_start, c_start)
+    c_end = np.where(whole, g_end, c_end)
+    unsure &= ~whole
+    bad_items = np.zeros(n, dtype=bool)
+    bad_items[g_rec[unsure]] = True
+    keep = is_elem | (c_start < c_end)
+    keep &= ~bad_items[g_rec]
+    ok &= ~bad_items
+    g_rec, g_elem, g_start, g_end = g_rec[keep], g_elem[keep], g_start[keep], g_end[keep]
+    is_elem, el, name = is_elem[keep], el[keep], name[keep]
+    c_start, c_end, whole = c_start[keep], c_end[keep], whole[keep]
+
+    kind = np.full(len(g_rec), _TEXT, dtype=np.int64)
+    kind[name == names.think] = _THOUGHT
+    kind[name == names.answer] = _ANSWER
+    after_param = is_elem & (name == names.result) & (
+        (e_prev_name[el] if m else name) == names.tool_param)
+    kind[(name == names.result) & ~after_param] = _RESULT
+    is_tool = is_elem & whole & (name != names.tool_param)
+    kind[is_tool] = _CALL
+
+    # Character offsets: bytes less the continuation bytes before them in the record.
+    points = np.concatenate([offsets[:-1], g_start, g_end])
+    cum = _continuation_before(data, points, total)
+    n_rec = len(offsets) - 1
+    rec_cum = cum[:n_rec]
+    start_cum = cum[n_rec:n_rec + len(g_start)]
+    end_cum = cum[n_rec + len(g_start):]
+    base = offsets[g_rec]
+    char_start = g_start - base - (start_cum - rec_cum[g_rec])
+    char_end = g_end - base - (end_cum - rec_cum[g_rec])
+
+    # Tool calls: the action tag inside, read by the Python function the reading uses.
+    count_steps = len(g_rec)
+    tool_name: list[str | None] = [None] * count_steps
+    tool_type: list[str | None] = [None] * count_steps
+    tool_input: list[str | None] = [None] * count_steps
+    unknown: list[list[str]] = [[] for _ in range(n)]
+    tags = names.names
+    for i in np.flatnonzero(after_param).tolist():
+        tool_name[i] = "tool_param"
+    for i in np.flatnonzero(name == names.tool_param).tolist():
+        tool_name[i] = "tool_param"
+    tool_rows = np.flatnonzero(is_tool)
+    if len(tool_rows):
+        body_char_start = char_start[tool_rows] + (e_open_end[el[tool_rows]] - g_start[tool_rows])
+        body_char_end = char_end[tool_rows] - (g_end[tool_rows] - e_body_end[el[tool_rows]])
+        # Tool tags are ASCII, so their byte lengths are their character lengths.
+        unknown_sets: dict[int, set[str]] = {}
+        for i, r, lo, hi, nm in zip(tool_rows.tolist(), g_rec[tool_rows].tolist(),
+                                    body_char_start.tolist(), body_char_end.tolist(),
+                                    name[tool_rows].tolist(), strict=True):
+            tag = tags[nm]
+            text = texts[r]
+            assert isinstance(text, str)
+            action, value = split_action(text[lo:hi])
+            kind_of = registry.tool_type_for_tag(tag)
+            if kind_of == GENERIC_TOOL_TYPE:
+                kind_of = registry.tool_type_for_name(action or tag)
+            tool_name[i] = action or tag
+            tool_type[i] = kind_of
+            tool_input[i] = value
+            if kind_of == GENERIC_TOOL_TYPE:
+                unknown_sets.setdefault(r, set()).add(action or tag)
+        for r, found in unknown_sets.items():
+            unknown[r] = sorted(found)
+
+    notes: list[list[str]] = [[] for _ in range(n)]
+    unclosed = np.zeros(n, dtype=bool)
+    if m:
+        unclosed[e_rec[~closed & (e_name == names.answer)]] = True
+    non_text = np.bincount(g_rec[kind != _TEXT], minlength=n)
+    for r in np.flatnonzero(ok & unclosed).tolist():
+        notes[r].append(_NOTE_UNCLOSED_ANSWER)
+    for r in np.flatnonzero(ok & (non_text == 0)).tolist():
+        notes[r].append(_NOTE_NO_TAGS)
+
+    none_str = pa.nulls(count_steps, pa.large_string())
+    struct = pa.StructArray.from_arrays(
+        [_KIND_ARRAY.take(pa.array(kind)), _gather(data, c_start, c_end),
+         pa.array(char_start, pa.int64()), pa.array(char_end, pa.int64()),
+         pa.array(tool_name, pa.large_string()), pa.array(tool_type, pa.large_string()),
+         pa.array(tool_input, pa.large_string()), none_str,
+         pa.nulls(count_steps, pa.int64()), pa.nulls(count_steps, pa.float64())],
+        fields=list(STEP_ARROW_TYPE))
+    per_record = np.bincount(g_rec, minlength=n)
+    list_offsets = np.concatenate([[0], np.cumsum(per_record)]).astype(np.int32)
+    steps = pa.ListArray.from_arrays(pa.array(list_offsets), struct,
+                                     type=pa.list_(STEP_ARROW_TYPE))
+    return ArrowSteps(ok, steps, notes, unknown, array, encoded)
+
+
+class ArrowParseResult(ParseResult):
+    """:class:`ParseResult` with the rows' steps as one Arrow array (``steps``, one list
+    per row, ``STEPS_ARROW_TYPE``) instead of in the rows (there they are None), and
+    their ``raw_response`` as a large_string array when every one of them encoded
+    (``responses``; else None: the rows' strings are converted as usual)."""
+
+    steps: Any = None
+    responses: Any = None
+
+
+def _response(value: Any) -> str | None:
+    """The text :meth:`XmlTagParser.fields` reads the steps from, if it is a string."""
+    if not isinstance(value, dict):
+        return None
+    raw = value.get("raw_response")
+    if raw is None and isinstance(value.get("full_response_with_evaluation"), str):
+        raw = strip_clip_evaluations(value["full_response_with_evaluation"])[0]
+    return raw if isinstance(raw, str) else None
+
+
+def _build_read(parser: XmlTagParser, notes: list[str], value: dict[str, Any],
+                rec: RawRecord, ctx: ParseContext, index: int) -> dict[str, Any]:
+    """:meth:`XmlTagParser.build_row` of a record whose steps were read here."""
+    return parser.build_row(value, rec, ctx, index, analysis=(None, notes))
+
+
+def parse_arrow_rows(parser: XmlTagParser, path: Path, ctx: ParseContext
+                     ) -> ArrowParseResult:
+    """:meth:`XmlTagParser.parse_rows` with the steps built in Arrow where they can be
+    (:func:`arrow_steps`) and read in Python where not: the same rows, quarantine and
+    steps (``test_xml_arrow.py``)."""
+    records = list(parser.records(path))
+    texts = [_response(rec.value) if rec.error is None else None for rec in records]
+    found = arrow_steps(texts, ctx.registry)
+    ok = found.ok.tolist()
+    result = ArrowParseResult()
+    first_by_task: dict[str, str] = {}
+    python_steps: list[list[StepRow]] = []
+    take: list[int] = []  # per row: its list in found.steps, or -1 - its python_steps index
+    row_records: list[int] = []  # per row: its record's index
+    encoded = found.encoded.tolist()
+    for index, rec in enumerate(records):
+        if texts[index] is not None and not encoded[index]:
+            # A lone surrogate (json.loads accepts its escape): no UTF-8 text, so no Arrow
+            # column, holds it; the table would fail on it whole, so the record is put
+            # aside, with its line, and the rest of the batch read.
+            result.quarantined.append(ctx.quarantine(
+                rec.line, "invalid_encoding", "raw_response holds a lone surrogate "
+                "(an escape json.loads accepts): not UTF-8 text, which the table needs",
+                rec.text, parser.name))
+            continue
+        if ok[index]:
+            row = parser.attempt(partial(_build_read, parser, found.notes[index]), rec, ctx,
+                                 index, result.quarantined)
+            if row is None:
+                continue
+            finish_row(row, rec.repairs, first_by_task, unknown=found.unknown[index])
+            take.append(index)
+        else:
+            row = parser.attempt(parser.build_row, rec, ctx, index, result.quarantined)
+            if row is None:
+                continue
+            finish_row(row, rec.repairs, first_by_task)
+            take.append(-1 - len(python_steps))
+            python_steps.append(row["steps"])
+        row["steps"] = None
+        row_records.append(index)
+        result.rows.append(row)
+    fast = found.steps
+    slow = steps_array(python_steps).combine_chunks() if python_steps else None
+    indices = np.array(take, dtype=np.int64)
+    if slow is not None:
+        indices = np.where(indices < 0, len(fast) + (-1 - indices), indices)
+        whole = pa.concat_arrays([fast, slow])
+    else:
+        whole = fast
+    result.steps = pa.chunked_array([whole.take(pa.array(indices, pa.int64()))])
+    rows_at = pa.array(row_records, pa.int64())
+    if found.encoded[row_records].all():
+        result.responses = pa.chunked_array([found.responses.take(rows_at)])
+    return result
