@@ -34,6 +34,7 @@ quarantine, line numbers and ids are exactly the Python path's.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,12 +45,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from eval_pipeline.formats.base import ParseContext, RawRecord
 from eval_pipeline.formats.records import finish_row
 from eval_pipeline.formats.xml_tags import (
     StepRow,
     XmlTagParser,
+    analyze_xml_rows,
     split_action,
     strip_clip_evaluations,
 )
@@ -229,27 +232,60 @@ def _gather(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
 
 def arrow_steps(texts: Sequence[str | None], registry: ToolRegistry) -> ArrowSteps:
     """The steps of ``texts`` (None: no response to read), chunk by chunk."""
-    names = _names(registry)
     n = len(texts)
-    if names is None or not n:
-        return ArrowSteps(np.zeros(n, dtype=bool), pa.array([[]] * n, pa.list_(STEP_ARROW_TYPE)),
-                          [[] for _ in range(n)], [[] for _ in range(n)],
-                          pa.array([""] * n, pa.large_string()), np.zeros(n, dtype=bool))
     parts: list[ArrowSteps] = []
     begin = size = 0
     for i, text in enumerate(texts):
         size += len(text) if isinstance(text, str) else 0
         if size >= _CHUNK_BYTES or i == n - 1:
-            parts.append(_chunk_steps(texts[begin:i + 1], registry, names))
+            array, encoded = _encode(texts[begin:i + 1])
+            parts.append(array_steps(array, encoded, registry))
             begin, size = i + 1, 0
+    return _joined(parts, n)
+
+
+def _joined(parts: list[ArrowSteps], n: int) -> ArrowSteps:
     if len(parts) == 1:
         return parts[0]
+    if not parts:
+        return _nothing(n)
     return ArrowSteps(np.concatenate([p.ok for p in parts]),
                       pa.concat_arrays([p.steps for p in parts]),
                       [x for p in parts for x in p.notes],
                       [x for p in parts for x in p.unknown],
                       pa.concat_arrays([p.responses for p in parts]),
                       np.concatenate([p.encoded for p in parts]))
+
+
+def _nothing(n: int, responses: pa.Array | None = None) -> ArrowSteps:
+    """Every response left to Python."""
+    return ArrowSteps(np.zeros(n, dtype=bool), pa.array([[]] * n, pa.list_(STEP_ARROW_TYPE)),
+                      [[] for _ in range(n)], [[] for _ in range(n)],
+                      pa.array([""] * n, pa.large_string()) if responses is None
+                      else responses, np.zeros(n, dtype=bool))
+
+
+def array_steps(array: pa.LargeStringArray, present: np.ndarray, registry: ToolRegistry
+                ) -> ArrowSteps:
+    """The steps of the responses in ``array`` (valid UTF-8, no nulls; ``present``: which
+    entries are responses at all), in chunks of about ``_CHUNK_BYTES``."""
+    names = _names(registry)
+    n = len(array)
+    if names is None or not n:
+        return _nothing(n, array)
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[:n + 1]
+    if array.offset or offsets[0]:
+        array = pa.concat_arrays([array])  # a fresh array: offsets from 0 at 0
+        offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[:n + 1]
+    parts: list[ArrowSteps] = []
+    begin = 0
+    while begin < n:
+        end = int(np.searchsorted(offsets, offsets[begin] + _CHUNK_BYTES, side="left"))
+        end = min(max(end, begin + 1), n)
+        chunk = array if (begin, end) == (0, n) else pa.concat_arrays([array[begin:end]])
+        parts.append(_chunk_steps(chunk, present[begin:end], registry, names))
+        begin = end
+    return _joined(parts, n)
 
 
 def _encode(texts: Sequence[str | None]) -> tuple[pa.LargeStringArray, np.ndarray]:
@@ -269,29 +305,34 @@ def _encode(texts: Sequence[str | None]) -> tuple[pa.LargeStringArray, np.ndarra
         return pa.array(strs, pa.large_string()), present
 
 
-def _chunk_steps(texts: Sequence[str | None], registry: ToolRegistry, names: _Names
-                 ) -> ArrowSteps:
-    array, encoded = _encode(texts)
+def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: ToolRegistry,
+                 names: _Names) -> ArrowSteps:
     ok = encoded.copy()
-    n = len(texts)
+    n = len(array)
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[:n + 1]
     data = array.buffers()[2]
     total = int(offsets[-1])
     if data is None or total == 0:
         data = pa.py_buffer(b"\0")
     buf = np.frombuffer(data, dtype=np.uint8)[:total]
-    padded = np.zeros(total + _WINDOW + 2, dtype=np.uint8)
-    padded[:total] = buf
+    if not total:
+        buf = np.zeros(1, dtype=np.uint8)
+
+    def byte_at(at: np.ndarray) -> np.ndarray:
+        """The bytes at ``at``, 0 past the end (no padded copy of the buffer)."""
+        got = buf.take(at, mode="clip")
+        got[at >= total] = 0
+        return got
 
     # Every '<' that may start a tag (followed by a letter, '_', '/' or a non-ASCII byte).
-    lt = np.flatnonzero(buf == 60)
-    after = padded[lt + 1]
+    lt = np.flatnonzero(buf[:total] == 60)
+    after = byte_at(lt + 1)
     lt = lt[_TAGLIKE_NEXT[after] | (after >= 0x80)]
-    after = padded[lt + 1]
+    after = byte_at(lt + 1)
     closing = after == 47
     name_at = lt + 1 + closing
-    first = padded[name_at]
-    window = padded[name_at[:, None] + np.arange(_WINDOW)]
+    first = byte_at(name_at)
+    window = byte_at(name_at[:, None] + np.arange(_WINDOW))
     is_name = _IS_NAME[window]
     run = np.where(is_name.all(axis=1), _WINDOW, is_name.argmin(axis=1))
     term = window[np.arange(len(lt)), run]
@@ -425,7 +466,7 @@ def _chunk_steps(texts: Sequence[str | None], registry: ToolRegistry, names: _Na
                        & (name != names.result) & (name != names.answer)))
     body_start = np.where(is_elem & ~whole, e_open_end[el] if m else 0, g_start)
     body_end = np.where(is_elem & ~whole, e_body_end[el] if m else 0, g_end)
-    c_start, c_end, unsure = _trim(padded, body_start, body_end)
+    c_start, c_end, unsure = _trim(buf, body_start, body_end)
     c_start = np.where(whole, g_start, c_start)
     c_end = np.where(whole, g_end, c_end)
     unsure &= ~whole
@@ -471,17 +512,14 @@ def _chunk_steps(texts: Sequence[str | None], registry: ToolRegistry, names: _Na
         tool_name[i] = "tool_param"
     tool_rows = np.flatnonzero(is_tool)
     if len(tool_rows):
-        body_char_start = char_start[tool_rows] + (e_open_end[el[tool_rows]] - g_start[tool_rows])
-        body_char_end = char_end[tool_rows] - (g_end[tool_rows] - e_body_end[el[tool_rows]])
-        # Tool tags are ASCII, so their byte lengths are their character lengths.
+        # The bodies, taken from the buffer as the step texts are (not via a str per
+        # response); the action tag inside is read by the Python function the reading uses.
+        bodies = _gather(data, e_open_end[el[tool_rows]], e_body_end[el[tool_rows]])
         unknown_sets: dict[int, set[str]] = {}
-        for i, r, lo, hi, nm in zip(tool_rows.tolist(), g_rec[tool_rows].tolist(),
-                                    body_char_start.tolist(), body_char_end.tolist(),
-                                    name[tool_rows].tolist(), strict=True):
+        for i, r, body, nm in zip(tool_rows.tolist(), g_rec[tool_rows].tolist(),
+                                  bodies.to_pylist(), name[tool_rows].tolist(), strict=True):
             tag = tags[nm]
-            text = texts[r]
-            assert isinstance(text, str)
-            action, value = split_action(text[lo:hi])
+            action, value = split_action(body)
             kind_of = registry.tool_type_for_tag(tag)
             if kind_of == GENERIC_TOOL_TYPE:
                 kind_of = registry.tool_type_for_name(action or tag)
@@ -547,8 +585,129 @@ def _build_read(parser: XmlTagParser, notes: list[str], value: dict[str, Any],
 def parse_arrow_rows(parser: XmlTagParser, path: Path, ctx: ParseContext
                      ) -> ArrowParseResult:
     """:meth:`XmlTagParser.parse_rows` with the steps built in Arrow where they can be
-    (:func:`arrow_steps`) and read in Python where not: the same rows, quarantine and
-    steps (``test_xml_arrow.py``)."""
+    (:func:`array_steps`) and read in Python where not: the same rows, quarantine and
+    steps (``test_xml_arrow.py``). A batch of plain records (only the fields the format
+    knows, each of one JSON type) is decoded by Arrow's JSON reader
+    (:func:`json_table`); any other by ``json.loads`` per line, as the Python path."""
+    data = path.read_bytes()
+    table = json_table(data)
+    if table is not None:
+        try:
+            return _table_rows(parser, ctx, *table)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError,
+                RecursionError):
+            pass  # a record the row path would quarantine: read it as the Python path
+    return _record_rows(parser, path, ctx)
+
+
+_JSON_SCHEMA = pa.schema([
+    ("timestamp", pa.string()), ("task_id", pa.string()), ("task_description", pa.string()),
+    ("duration", pa.float64()), ("success", pa.bool_()), ("final_result", pa.string()),
+    ("raw_response", pa.large_string()),
+])
+"""The fields of a plain XML-tag record, each of the one JSON type it has there."""
+
+
+def json_table(data: bytes) -> tuple[pa.Table, list[tuple[int, bytes]], set[int]] | None:
+    """The batch's records as a table decoded by Arrow, and each record's line number and
+    (stripped) bytes, the ids' input; None unless that gives exactly what ``json.loads``
+    per line and :meth:`XmlTagParser.fields` would: every non-blank line one JSON object
+    (``{`` ... ``}``, one table row each: Arrow would read two objects on one line) of
+    valid UTF-8, no field outside the schema (they go to ``extra``) nor of another type,
+    no duplicate key, ``raw_response`` never null, no ``-0`` duration (``json.loads``
+    reads ``-0`` as the int 0). The third item: the records without a ``success`` key
+    (the row notes it; a null one is not noted), found by ``json.loads`` of the lines
+    whose ``success`` is null.
+    Arrow's reader fails the whole block on one bad line; the caller then reads every
+    line with ``json.loads``, so quarantine and line numbers are as before."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        return None
+    lines: list[tuple[int, bytes]] = []
+    for number, line in enumerate(data.split(b"\n"), 1):
+        stripped = line.strip()
+        if stripped:
+            if stripped[:1] != b"{" or stripped[-1:] != b"}":
+                return None
+            lines.append((number, stripped))
+    if not lines:
+        return None
+    try:
+        table = pj.read_json(
+            pa.BufferReader(data),
+            read_options=pj.ReadOptions(use_threads=False, block_size=max(len(data), 1 << 20)),
+            parse_options=pj.ParseOptions(explicit_schema=_JSON_SCHEMA,
+                                          unexpected_field_behavior="error"))
+        table.validate(full=True)  # UTF-8 (the reader does not check it)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != len(lines) or table.column("raw_response").null_count:
+        return None
+    duration = table.column("duration").to_numpy(zero_copy_only=False)
+    if np.any((duration == 0) & np.signbit(duration)):
+        return None
+    success = table.column("success")
+    absent: set[int] = set()
+    if success.null_count:
+        nulls = np.flatnonzero(success.is_null().to_numpy(zero_copy_only=False))
+        # No '"success"' in the line at all: no such key (most); else ask json.loads.
+        absent = {i for i in nulls.tolist() if b'"success"' not in lines[i][1]
+                  or "success" not in json.loads(lines[i][1])}
+    return table, lines, absent
+
+
+def _table_rows(parser: XmlTagParser, ctx: ParseContext, table: pa.Table,
+                lines: list[tuple[int, bytes]], absent: set[int]) -> ArrowParseResult:
+    """The rows of a batch :func:`json_table` decoded: every record is one."""
+    responses = table.column("raw_response").combine_chunks()
+    n = len(responses)
+    found = array_steps(responses, np.ones(n, dtype=bool), ctx.registry)
+    ok = found.ok.tolist()
+    columns = {name: table.column(name).to_pylist() for name in _JSON_SCHEMA.names
+               if name != "raw_response"}
+    result = ArrowParseResult()
+    first_by_task: dict[str, str] = {}
+    python_steps: list[list[StepRow]] = []
+    take: list[int] = []
+    for index, (line, content) in enumerate(lines):
+        rec = RawRecord(line, "", utf8=content)
+        value = {name: values[index] for name, values in columns.items()}
+        if index in absent:
+            del value["success"]
+        # The row holds no response: the table takes the column as it is.
+        value["raw_response"] = ""
+        if ok[index]:
+            row = parser.build_row(value, rec, ctx, index, analysis=(None, found.notes[index]))
+            finish_row(row, (), first_by_task, unknown=found.unknown[index])
+            take.append(index)
+        else:
+            steps, notes = analyze_xml_rows(responses[index].as_py(), ctx.registry)
+            row = parser.build_row(value, rec, ctx, index, analysis=(steps, notes))
+            finish_row(row, (), first_by_task)
+            take.append(-1 - len(python_steps))
+            python_steps.append(steps)
+        row["steps"] = None
+        row["raw_response"] = None
+        result.rows.append(row)
+    result.steps = _assembled(found.steps, take, python_steps)
+    result.responses = pa.chunked_array([responses])
+    return result
+
+
+def _assembled(fast: pa.Array, take: list[int], python_steps: list[list[StepRow]]
+               ) -> pa.ChunkedArray:
+    """The rows' steps in order: ``take`` holds each row's list in ``fast`` or, as
+    ``-1 - i``, its rows in ``python_steps[i]`` (converted here, together)."""
+    indices = np.array(take, dtype=np.int64)
+    whole = fast
+    if python_steps:
+        slow = steps_array(python_steps).combine_chunks()
+        indices = np.where(indices < 0, len(fast) + (-1 - indices), indices)
+        whole = pa.concat_arrays([fast, slow])
+    return pa.chunked_array([whole.take(pa.array(indices, pa.int64()))])
+
+
+def _record_rows(parser: XmlTagParser, path: Path, ctx: ParseContext) -> ArrowParseResult:
+    """The rows of a batch read by ``json.loads`` per line (the Python path's records)."""
     records = list(parser.records(path))
     texts = [_response(rec.value) if rec.error is None else None for rec in records]
     found = arrow_steps(texts, ctx.registry)
@@ -586,16 +745,8 @@ def parse_arrow_rows(parser: XmlTagParser, path: Path, ctx: ParseContext
         row["steps"] = None
         row_records.append(index)
         result.rows.append(row)
-    fast = found.steps
-    slow = steps_array(python_steps).combine_chunks() if python_steps else None
-    indices = np.array(take, dtype=np.int64)
-    if slow is not None:
-        indices = np.where(indices < 0, len(fast) + (-1 - indices), indices)
-        whole = pa.concat_arrays([fast, slow])
-    else:
-        whole = fast
-    result.steps = pa.chunked_array([whole.take(pa.array(indices, pa.int64()))])
-    rows_at = pa.array(row_records, pa.int64())
+    result.steps = _assembled(found.steps, take, python_steps)
     if found.encoded[row_records].all():
+        rows_at = pa.array(row_records, pa.int64())
         result.responses = pa.chunked_array([found.responses.take(rows_at)])
     return result

@@ -224,3 +224,67 @@ def test_random_responses_read_the_same(tmp_path: Path,
     assert_same_tables(path, monkeypatch)
     ok = np.array(_fast(texts))
     assert 0.2 < ok.mean() < 0.9  # both readings are exercised
+
+
+def _plain_records(rng: random.Random) -> list[dict[str, Any]]:
+    """Records of only the fields the format knows, each of its usual JSON type: what
+    Arrow's JSON reader decodes (``json_table``)."""
+    records: list[dict[str, Any]] = []
+    for i in range(400):
+        record: dict[str, Any] = {"task_id": rng.choice([f"t{i}", "", "dup"]),
+                                  "raw_response": rng.choice(EDGE_RESPONSES)}
+        if rng.random() < 0.8:
+            record["success"] = rng.choice([True, False, None])
+        if rng.random() < 0.8:
+            record["duration"] = rng.choice([
+                rng.randint(-10**30, 10**30), rng.uniform(-1e6, 1e6), 0, 0.0,
+                float(np.frombuffer(rng.randbytes(8), dtype=np.float64)[0]), 1e-320])
+        for name in ("timestamp", "task_description", "final_result"):
+            if rng.random() < 0.7:
+                record[name] = rng.choice([None, "", "é 🙂", f"v{i}"])
+        records.append(record)
+    return records
+
+
+def test_plain_batches_are_decoded_by_arrow(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(3)
+    records = [r for r in _plain_records(rng)
+               if not (isinstance(r.get("duration"), float) and r["duration"] != r["duration"])]
+    lines = [json.dumps(r, ensure_ascii=rng.random() < 0.5) for r in records]
+    lines = [line for line in lines if '"duration": -0' not in line.replace("-0.", "")]
+    path = tmp_path / "plain.jsonl"
+    path.write_bytes(("\r\n".join(lines[:200]) + "\n\n  \n" + "\n".join(lines[200:]) + "\n")
+                     .encode("utf-8"))
+    assert xml_arrow.json_table(path.read_bytes()) is not None
+    raw = assert_same_tables(path, monkeypatch)
+    assert len(raw) == len(lines)
+    assert "success_missing" in " ".join(raw["extra"])
+
+
+@pytest.mark.parametrize("line", [
+    '\ufeff{"raw_response": "<think>a</think>"}',
+    '{"raw_response": "a", "other": 1}',
+    '{"raw_response": "a", "task_id": 5}',
+    '{"raw_response": null}',
+    '{"raw_response": "a", "duration": -0}',
+    '{"raw_response": "a"} {"raw_response": "b"}',
+    '{"raw_response": "a", "raw_response": "b"}',
+    '{"raw_response": "a", "duration": 1e400}',
+    '{"raw_response": "<think>a</think>"',
+    '{"raw_response": "\\udc80"}',
+    '[{"raw_response": "a"}]',
+])
+def test_other_batches_are_decoded_by_json_loads(line: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever Arrow's reader would read differently (or not at all) sends the batch to
+    ``json.loads`` per line, so quarantine, ``extra`` and every value stay the same."""
+    records = [json.dumps({"raw_response": WELL_FORMED}), line,
+               json.dumps({"raw_response": WELL_FORMED, "success": True})]
+    path = tmp_path / "other.jsonl"
+    path.write_text("\n".join(records) + "\n", "utf-8")
+    assert xml_arrow.json_table(path.read_bytes()) is None
+    if "udc80" not in line:
+        assert_same_tables(path, monkeypatch)
+    path.write_bytes(b'{"raw_response": "\xff"}\n')
+    assert xml_arrow.json_table(path.read_bytes()) is None  # not UTF-8
