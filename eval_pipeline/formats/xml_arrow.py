@@ -205,6 +205,25 @@ def _trim(buf: np.ndarray, start: np.ndarray, end: np.ndarray
     return s, e, unsure
 
 
+def _depth_before(closing: np.ndarray, record: np.ndarray, n: int) -> np.ndarray:
+    """Each tag's nesting depth before it, within its record, a closer at depth 0 leaving
+    it at 0 (it closes nothing): the running sum less its running minimum (below 0), the
+    minimum kept from running across records by offsets that fall record by record."""
+    if not len(closing):
+        return np.zeros(0, dtype=np.int64)
+    delta = np.where(closing, -1, 1)
+    total = np.cumsum(delta)
+    count = np.bincount(record, minlength=n)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    base = np.concatenate([[0], total])[start]
+    after = total - base[record]  # the plain depth after each tag
+    before = after - delta
+    step = 4 * (len(closing) + 1)
+    shift = (n - record).astype(np.int64) * step
+    lowest = np.minimum.accumulate(np.minimum(before, 0) + shift) - shift
+    return before - np.minimum(lowest, 0)
+
+
 def _continuation_before(data: pa.Buffer, points: np.ndarray, total: int) -> np.ndarray:
     """The UTF-8 continuation bytes in ``data[:p]`` for each point ``p`` (each at a
     character boundary): between neighbouring points, bytes less characters, the
@@ -338,7 +357,9 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     term = window[np.arange(len(lt)), run]
     clipped = np.where(np.arange(_WINDOW) < run[:, None], window, 0)
     exact_id = names.match(clipped)
-    lower_id = names.match(_LOWER[clipped])
+    lowered = np.ascontiguousarray(_LOWER[clipped])
+    lower_id = names.match(lowered)
+    lower_hash = _hash(lowered.view(np.uint64))
     exact_id[(term != 62) | (run == _WINDOW)] = -1
     # A name in any spelling followed by anything but a name character, or a non-ASCII
     # byte where a name starts or ends (Python's case-insensitive match folds some).
@@ -361,12 +382,15 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     all_rec = record_of_lt[is_tok]
     all_end = name_at[is_tok] + run[is_tok] + 1
     bad[all_rec[all_name == names.tool_call]] = True
-    delta = np.where(all_close, -1, 1)
-    depth = np.cumsum(delta)
+    # A closer outside every known element (a stray </result> between elements) pairs
+    # with nothing in the tag scan, which reads it as text: it is dropped from the tags.
+    stray = all_close & (_depth_before(all_close, all_rec, n) == 0)
+    keep_tok = ~stray
+    all_pos, all_name, all_close = all_pos[keep_tok], all_name[keep_tok], all_close[keep_tok]
+    all_rec, all_end = all_rec[keep_tok], all_end[keep_tok]
+    depth = _depth_before(all_close, all_rec, n) + np.where(all_close, -1, 1)
     count_all = np.bincount(all_rec, minlength=n)
     start_all = np.concatenate([[0], np.cumsum(count_all)[:-1]])
-    depth_base = np.concatenate([[0], depth])[start_all]
-    depth = depth - depth_base[all_rec]
     level = np.where(all_close, depth + 1, depth)
     bad[all_rec[level <= 0]] = True
     order = np.lexsort((np.arange(len(all_pos)), level, all_rec))
@@ -418,7 +442,33 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
         width = len(pattern)
         self_closing |= (gap_window[:, :width]
                          == np.frombuffer(pattern, dtype=np.uint8)).all(axis=1)
-    bad[rec_at[~inside & (in_answer | ~self_closing)]] = True
+    # Between elements the tag scan reads a tag of another name as text: a closer pairs
+    # with nothing there (no known element is open, and an opener of its name is either
+    # inside an element read already or refused here), an opener stays unclosed, and so
+    # is skipped, if no closer of its name (in any case) follows it anywhere.
+    gap_close = closing[loose_tag]
+    gap_open = ~gap_close & ~self_closing & ~inside & ~in_answer
+    known_run = (run[loose_tag] > 0) & (run[loose_tag] < _WINDOW) & (term[loose_tag] < 0x80)
+    later_close = np.zeros(len(at), dtype=bool)
+    opener_at = np.flatnonzero(gap_open & known_run)
+    if len(opener_at):
+        closers = np.flatnonzero(closing)
+        with np.errstate(over="ignore"):
+            close_key = lower_hash[closers] ^ (record_of_lt[closers].astype(np.uint64)
+                                              * np.uint64(0x9E3779B97F4A7C15))
+            open_key = lower_hash[loose_tag][opener_at] ^ (
+                rec_at[opener_at].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        order = np.lexsort((lt[closers], close_key))
+        sorted_key = close_key[order]
+        last_pos = lt[closers][order]
+        group_last = np.concatenate([sorted_key[1:] != sorted_key[:-1], [True]])
+        unique_key, latest = sorted_key[group_last], last_pos[group_last]
+        where = np.minimum(np.searchsorted(unique_key, open_key), max(len(unique_key) - 1, 0))
+        if len(unique_key):
+            later_close[opener_at] = ((unique_key[where] == open_key)
+                                      & (latest[where] > at[opener_at]))
+    allowed_gap = self_closing | gap_close | (gap_open & known_run & ~later_close)
+    bad[rec_at[~inside & (in_answer | ~allowed_gap)]] = True
     ok &= ~bad
 
     # The elements of the records read here: open tag and its closer (or the end).

@@ -103,12 +103,17 @@ def test_common_records_take_the_arrow_reading() -> None:
                                                                  "结果。</result>")
     assert _fast([WELL_FORMED, unicode, "", "   ", "no tags at all", "<answer>open",
                   "<think>a</think><tool_param><tool_id>x</tool_id></tool_param>"
-                  "<result>schema</result>"]) == [True] * 7
+                  "<result>schema</result>",
+                  # what the tag scan reads as text between elements
+                  "x</think> <think>a</think></b>", "<think>a</think><execute_tools> b",
+                  ]) == [True] * 9
     # What only Python reads exactly goes there.
     assert _fast(["<think>never closed", "<think>a<think>b</think>c</think>",
                   "<THINK>a</THINK>", "<answer>a <b>bold</b></answer>",
                   '<tool_call>{"name": "x"}</tool_call>', "<think>\u3000a</think>",
-                  "x</think>", "<think>a</think><execute_tools>"]) == [False] * 8
+                  "<execute_tools><microsandbox><x>1</x></microsandbox></execute_tools>",
+                  "<think>a</think><foo>x</foo>\n<result>r</result>",
+                  ]) == [False] * 8
 
 
 EDGE_RESPONSES = [
