@@ -196,7 +196,8 @@ _FRAGMENTS = [
     "<execute_tools />", "<THINK>", "<think x>", "</think >", "<b>", "</b>", "<", ">", "/",
     " ", "\n", "\t", "\u3000", "\xa0", "\x1c", "text", "中文", "🙂", "é", "e\u0301",
     "<tool_call>", "</tool_call>", '{"name": "x"}', "tavily", "<tavily-search>",
-    "</tavily-search>", "<mytool>", "</mytool>",
+    "</tavily-search>", "<mytool>", "</mytool>", "<execute_tools>", "</execute_tools>",
+    "<foo>", "</FOO>", '<foo a="1">', "<foo/>", "</foo >", "<result.x>",
 ]
 _SHAPES = [
     ["<think>", "</think>"], ["<result>", "</result>"], ["<answer>", "</answer>"],
