@@ -2,8 +2,8 @@
 against bare ``json.loads`` of the same lines (#12.1, target 1, the parse side).
 
 Each checkout (``--code``, one or more) runs in a child process with ``PYTHONPATH`` set
-to it (in a temporary folder: ``python -c`` would import the current folder first), the checkouts in turn each repeat, interleaved with the ``json.loads`` baseline in
-this process; medians of ``--repeats``, CPU seconds (``time.process_time``, all threads).
+to it (in a temporary folder: ``python -c`` would import the current folder first), the
+checkouts in turn each repeat, interleaved with the ``json.loads`` baseline in this process; medians of ``--repeats``, CPU seconds (``time.process_time``, all threads).
 A checkout whose ``read_batch`` still returns the steps as Python dicts is also timed with
 the conversion to the Arrow steps column that the #12.1 contract asks of the stage
 (``steps_column.with_arrow_steps``), so the figures compare like with like. Usage:
@@ -13,6 +13,7 @@ the conversion to the Arrow steps column that the #12.1 contract asks of the sta
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -56,10 +57,8 @@ def json_only(batches: list[Path]) -> float:
     for path in batches:
         for line in path.read_bytes().split(b"\n"):
             if line.strip():
-                try:
+                with contextlib.suppress(ValueError):
                     json.loads(line)
-                except ValueError:
-                    pass
     return time.process_time() - start
 
 
