@@ -3,7 +3,8 @@ against bare ``json.loads`` of the same lines (#12.1, target 1, the parse side).
 
 Each checkout (``--code``, one or more) runs in a child process with ``PYTHONPATH`` set
 to it (in a temporary folder: ``python -c`` would import the current folder first), the
-checkouts in turn each repeat, interleaved with the ``json.loads`` baseline in this process; medians of ``--repeats``, CPU seconds (``time.process_time``, all threads).
+checkouts in turn each repeat, interleaved with the ``json.loads`` baseline in this
+process; medians of ``--repeats``, CPU seconds (``time.process_time``, all threads).
 A checkout whose ``read_batch`` still returns the steps as Python dicts is also timed with
 the conversion to the Arrow steps column that the #12.1 contract asks of the stage
 (``steps_column.with_arrow_steps``), so the figures compare like with like. Usage:
