@@ -384,6 +384,19 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     bad[all_rec[all_name == names.tool_call]] = True
     # A closer outside every known element (a stray </result> between elements) pairs
     # with nothing in the tag scan, which reads it as text: it is dropped from the tags.
+    # An opener with no tag of its name after it (an unclosed <think>) is never paired:
+    # the scan keeps it as text, noting it where it lies between elements, and skips it
+    # unnoted inside an element read already. It is dropped from the tags too.
+    by_name = np.lexsort((all_pos, all_name, all_rec))
+    followed = np.zeros(len(by_name), dtype=bool)
+    followed[:-1] = ((all_rec[by_name][1:] == all_rec[by_name][:-1])
+                     & (all_name[by_name][1:] == all_name[by_name][:-1]))
+    later_same = np.empty(len(by_name), dtype=bool)
+    later_same[by_name] = followed
+    orphan = ~all_close & ~later_same & (all_name != names.answer)
+    orphan_pos, orphan_rec, orphan_name = all_pos[orphan], all_rec[orphan], all_name[orphan]
+    all_pos, all_name, all_close = all_pos[~orphan], all_name[~orphan], all_close[~orphan]
+    all_rec, all_end = all_rec[~orphan], all_end[~orphan]
     stray = all_close & (_depth_before(all_close, all_rec, n) == 0)
     keep_tok = ~stray
     all_pos, all_name, all_close = all_pos[keep_tok], all_name[keep_tok], all_close[keep_tok]
@@ -426,6 +439,14 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
         clash = ((tok_rec[outer] != all_rec[inner]) | tok_close[outer]
                  | (tok_name[outer] == all_name[inner]) | (tok_name[outer] == names.answer))
         bad[all_rec[inner][clash]] = True
+    orphan_outside = np.ones(len(orphan_pos), dtype=bool)
+    if len(orphan_pos):
+        outer = np.searchsorted(tok_pos, orphan_pos, side="right") - 1
+        safe_outer = np.maximum(outer, 0)
+        opened_before = ((outer >= 0) & (tok_rec[safe_outer] == orphan_rec)
+                         & ~tok_close[safe_outer])
+        bad[orphan_rec[opened_before & (tok_name[safe_outer] == names.answer)]] = True
+        orphan_outside = ~opened_before
 
     # Anything tag-like outside the elements' bodies, or inside an <answer>.
     loose_tag = taglike & (exact_id < 0)
@@ -539,12 +560,16 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     kind[is_tool] = _CALL
 
     # Character offsets: bytes less the continuation bytes before them in the record.
-    points = np.concatenate([offsets[:-1], g_start, g_end])
+    noted = orphan_outside & ok[orphan_rec]
+    noted_pos, noted_rec = orphan_pos[noted], orphan_rec[noted]
+    points = np.concatenate([offsets[:-1], g_start, g_end, noted_pos])
     cum = _continuation_before(data, points, total)
+    noted_char = (noted_pos - offsets[noted_rec]
+                  - (cum[len(points) - len(noted_pos):] - cum[noted_rec]))
     n_rec = len(offsets) - 1
     rec_cum = cum[:n_rec]
     start_cum = cum[n_rec:n_rec + len(g_start)]
-    end_cum = cum[n_rec + len(g_start):]
+    end_cum = cum[n_rec + len(g_start):n_rec + 2 * len(g_start)]
     base = offsets[g_rec]
     char_start = g_start - base - (start_cum - rec_cum[g_rec])
     char_end = g_end - base - (end_cum - rec_cum[g_rec])
@@ -582,6 +607,9 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
             unknown[r] = sorted(found)
 
     notes: list[list[str]] = [[] for _ in range(n)]
+    for r, nm, at_char in zip(noted_rec.tolist(), orphan_name[noted].tolist(),
+                              noted_char.tolist(), strict=True):
+        notes[r].append(f"unclosed <{tags[nm]}> at char {at_char} kept as text")
     unclosed = np.zeros(n, dtype=bool)
     if m:
         unclosed[e_rec[~closed & (e_name == names.answer)]] = True
