@@ -8,28 +8,37 @@ Here the batch's responses go into one Arrow string array, the known tags (``<th
 the steps of every response that is *simply* well formed are cut as offsets into that
 buffer: the step texts are taken from it by one Arrow ``take``, no Python string per step.
 
-"Simply well formed" is a condition checked per response that implies
-``_read_well_formed`` reads it, and reads it as done here (``test_xml_arrow.py`` holds every
-corpora file and generated edge cases to the Python reading):
+"Simply well formed" is a condition checked per response that implies the Python reading
+(``_read_well_formed``, or the tag scan ``_read_tags`` where that gives up) reads it as done
+here (``test_xml_arrow.py`` holds every corpora file, generated edge cases and random tag
+soup to the Python reading):
 
-- its known tags, in order, are ``<name>`` ``</name>`` pairs, the last possibly an
-  ``<answer>`` left open (read to the end of the text);
+- its known tags nest: each closer closes the latest open tag, of its name; the elements
+  are the outermost ones, and tags inside a body are its text (but none of the body's own
+  name, nor any inside an ``<answer>``);
+- what the scan reads as text between elements may be there: a closer that closes nothing,
+  an opener with no tag of its name after it (noted "kept as text"), a tag of another name
+  never closed, a self-closing ``<execute_tools />``; an ``<answer>`` left open is read to
+  the end, or to the next known opening right after its text ("ended at the next tag");
 - no other spelling of a known name occurs (``<THINK>``, ``<think x>``, ``</think >``, a
   non-ASCII character right after a name or right after ``<``: Python's case-insensitive
-  regex matches some of those), so each element's body holds no tag of its own name;
-- between elements and inside an ``<answer>`` nothing looks like a tag (``<`` followed by a
-  letter, ``_`` or ``/``) except a self-closing ``<execute_tools />``;
+  regex matches some of those), and nothing else tag-like is outside the bodies;
 - no ``<tool_call>`` (its JSON body is read in Python), and no step text whose trimmed edge
   is non-ASCII whitespace (``str.strip`` strips it; the byte trim here strips ASCII only).
 
-Any other response (a fifth of the generated drop: unclosed or nested tags, tags inside an
-answer ...) goes through the Python reading, so every value is the same. A response that
-does not encode as UTF-8 (an escaped lone surrogate, which ``json.loads`` accepts) cannot
-be held by the Arrow table at all (before this module, ``read_batch`` raised on it when
-pandas made the ``str`` column): its record is quarantined as ``invalid_encoding``.
-Character offsets are Python ``str`` indexes: byte offsets less the UTF-8 continuation
-bytes before them. The records themselves are still read by ``json.loads`` per line, so
-quarantine, line numbers and ids are exactly the Python path's.
+Any other response (a tenth of the generated drop's records: a tag closed after another
+of its name, an ``<execute_tools>`` wrapper, tags inside an answer ...) goes through the
+Python reading, so every value is the same. Character offsets are Python ``str`` indexes:
+byte offsets less the UTF-8 continuation bytes before them.
+
+The records: a batch of plain records (only the fields the format knows, each of its one
+JSON type, one object per line) is decoded by Arrow's JSON reader, so the responses are
+never Python strings (:func:`json_table` says exactly when that reads what ``json.loads``
+would); any other batch is read by ``json.loads`` per line, as the Python path does, so
+quarantine, line numbers and ids stay the same. A response that does not encode as UTF-8
+(an escaped lone surrogate, which ``json.loads`` accepts) cannot be held by the Arrow table
+at all (before this module, ``read_batch`` raised on the whole batch when pandas made the
+``str`` column): its record is quarantined as ``invalid_encoding``.
 """
 
 from __future__ import annotations
@@ -384,6 +393,19 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     bad[all_rec[all_name == names.tool_call]] = True
     # A closer outside every known element (a stray </result> between elements) pairs
     # with nothing in the tag scan, which reads it as text: it is dropped from the tags.
+    # An <answer> whose next tag-like text is an opening of a known name ends before it,
+    # trailing whitespace left out (the scan's limit: generation stopped in the answer and
+    # the agent went on). It is an element of its own, taken out of the tags; a closer of
+    # it further on is then stray text, as the scan reads it.
+    tok_lt = np.flatnonzero(is_tok)
+    next_lt = np.minimum(tok_lt + 1, max(len(lt) - 1, 0))
+    limited = (~all_close & (all_name == names.answer) & (tok_lt + 1 < len(lt))
+               & (record_of_lt[next_lt] == all_rec) & (exact_id[next_lt] >= 0)
+               & ~closing[next_lt])
+    lim_pos, lim_rec, lim_end = all_pos[limited], all_rec[limited], all_end[limited]
+    lim_limit = lt[next_lt[limited]]
+    all_pos, all_name, all_close = all_pos[~limited], all_name[~limited], all_close[~limited]
+    all_rec, all_end = all_rec[~limited], all_end[~limited]
     # An opener with no tag of its name after it (an unclosed <think>) is never paired:
     # the scan keeps it as text, noting it where it lies between elements, and skips it
     # unnoted inside an element read already. It is dropped from the tags too.
@@ -439,6 +461,19 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
         clash = ((tok_rec[outer] != all_rec[inner]) | tok_close[outer]
                  | (tok_name[outer] == all_name[inner]) | (tok_name[outer] == names.answer))
         bad[all_rec[inner][clash]] = True
+    lim_top = np.ones(len(lim_pos), dtype=bool)
+    if len(lim_pos):
+        outer = np.searchsorted(tok_pos, lim_pos, side="right") - 1
+        safe_outer = np.maximum(outer, 0)
+        opened_before = ((outer >= 0) & (tok_rec[safe_outer] == lim_rec)
+                         & ~tok_close[safe_outer])
+        bad[lim_rec[opened_before & (tok_name[safe_outer] == names.answer)]] = True
+        lim_top = ~opened_before  # inside an element read already: text of its body
+    lim_pos, lim_rec, lim_end, lim_limit = (lim_pos[lim_top], lim_rec[lim_top],
+                                            lim_end[lim_top], lim_limit[lim_top])
+    lim_first, lim_body_end, lim_unsure = _trim(buf, lim_end, lim_limit)
+    lim_body_end = np.where(lim_first < lim_body_end, lim_body_end, lim_end)  # all blank
+    bad[lim_rec[lim_unsure]] = True
     orphan_outside = np.ones(len(orphan_pos), dtype=bool)
     if len(orphan_pos):
         outer = np.searchsorted(tok_pos, orphan_pos, side="right") - 1
@@ -506,8 +541,22 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     close_idx = np.where(closed, open_idx + 1, open_idx)
     e_body_end = np.where(closed, tok_pos[close_idx], offsets[e_rec + 1])
     e_end = np.where(closed, tok_end[close_idx], offsets[e_rec + 1])
-    m = len(open_idx)
-    e_k = k[open_idx] // 2
+    keep_lim = ok[lim_rec]
+    if keep_lim.any():
+        e_rec = np.concatenate([e_rec, lim_rec[keep_lim]])
+        e_name = np.concatenate([e_name, np.full(int(keep_lim.sum()), names.answer)])
+        e_start = np.concatenate([e_start, lim_pos[keep_lim]])
+        e_open_end = np.concatenate([e_open_end, lim_end[keep_lim]])
+        closed = np.concatenate([closed, np.ones(int(keep_lim.sum()), dtype=bool)])
+        e_body_end = np.concatenate([e_body_end, lim_body_end[keep_lim]])
+        e_end = np.concatenate([e_end, lim_body_end[keep_lim]])
+        by_start = np.argsort(e_start, kind="stable")
+        e_rec, e_name, e_start, e_open_end = (e_rec[by_start], e_name[by_start],
+                                              e_start[by_start], e_open_end[by_start])
+        closed, e_body_end, e_end = closed[by_start], e_body_end[by_start], e_end[by_start]
+    m = len(e_rec)
+    e_first = np.concatenate([[0], np.cumsum(np.bincount(e_rec, minlength=n))[:-1]])
+    e_k = np.arange(m) - e_first[e_rec]
     same_prev = np.concatenate([[False], e_rec[1:] == e_rec[:-1]]) if m else np.zeros(0, bool)
     prev_end = np.where(same_prev, np.concatenate([[0], e_end[:-1]]) if m else e_end,
                         offsets[e_rec])
@@ -561,7 +610,15 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
 
     # Character offsets: bytes less the continuation bytes before them in the record.
     noted = orphan_outside & ok[orphan_rec]
-    noted_pos, noted_rec = orphan_pos[noted], orphan_rec[noted]
+    noted_text = [f"unclosed <{names.names[nm]}> at char {{}} kept as text"
+                  for nm in orphan_name[noted].tolist()]
+    lim_noted = ok[lim_rec]
+    noted_text += ["unclosed <answer> at char {} ended at the next tag"] * int(lim_noted.sum())
+    noted_pos = np.concatenate([orphan_pos[noted], lim_pos[lim_noted]])
+    noted_rec = np.concatenate([orphan_rec[noted], lim_rec[lim_noted]])
+    by_pos = np.argsort(noted_pos, kind="stable")
+    noted_pos, noted_rec = noted_pos[by_pos], noted_rec[by_pos]
+    noted_text = [noted_text[i] for i in by_pos.tolist()]
     points = np.concatenate([offsets[:-1], g_start, g_end, noted_pos])
     cum = _continuation_before(data, points, total)
     noted_char = (noted_pos - offsets[noted_rec]
@@ -607,9 +664,9 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
             unknown[r] = sorted(found)
 
     notes: list[list[str]] = [[] for _ in range(n)]
-    for r, nm, at_char in zip(noted_rec.tolist(), orphan_name[noted].tolist(),
-                              noted_char.tolist(), strict=True):
-        notes[r].append(f"unclosed <{tags[nm]}> at char {at_char} kept as text")
+    for r, note, at_char in zip(noted_rec.tolist(), noted_text, noted_char.tolist(),
+                                strict=True):
+        notes[r].append(note.format(at_char))
     unclosed = np.zeros(n, dtype=bool)
     if m:
         unclosed[e_rec[~closed & (e_name == names.answer)]] = True

@@ -107,10 +107,11 @@ def test_common_records_take_the_arrow_reading() -> None:
                   # what the tag scan reads as text between elements
                   "x</think> <think>a</think></b>", "<think>a</think><execute_tools> b",
                   "<think>never closed", "<think>a\n<result>r</result>\n<answer>b",
-                  ]) == [True] * 11
+                  "<answer>a</answer><answer>b <think>c</think>",
+                  ]) == [True] * 12
     # What only Python reads exactly goes there.
     assert _fast(["<think>a <think>b", "<think>a<think>b</think>c</think>",
-                  "<answer>a</answer><answer>b<think>c</think>",
+                  "<answer>a <b>b</b> <think>c</think>",
                   "<THINK>a</THINK>", "<answer>a <b>bold</b></answer>",
                   '<tool_call>{"name": "x"}</tool_call>', "<think>\u3000a</think>",
                   "<execute_tools><microsandbox><x>1</x></microsandbox></execute_tools>",
