@@ -365,10 +365,11 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     run = np.where(is_name.all(axis=1), _WINDOW, is_name.argmin(axis=1))
     term = window[np.arange(len(lt)), run]
     clipped = np.where(np.arange(_WINDOW) < run[:, None], window, 0)
-    exact_id = names.match(clipped)
     lowered = np.ascontiguousarray(_LOWER[clipped])
     lower_id = names.match(lowered)
     lower_hash = _hash(lowered.view(np.uint64))
+    # The names are lower case: a name spelt exactly is one whose lowering changed nothing.
+    exact_id = np.where((clipped == lowered).all(axis=1), lower_id, -1)
     exact_id[(term != 62) | (run == _WINDOW)] = -1
     # A name in any spelling followed by anything but a name character, or a non-ASCII
     # byte where a name starts or ends (Python's case-insensitive match folds some).
@@ -633,35 +634,45 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
 
     # Tool calls: the action tag inside, read by the Python function the reading uses.
     count_steps = len(g_rec)
-    tool_name: list[str | None] = [None] * count_steps
-    tool_type: list[str | None] = [None] * count_steps
-    tool_input: list[str | None] = [None] * count_steps
     unknown: list[list[str]] = [[] for _ in range(n)]
     tags = names.names
-    for i in np.flatnonzero(after_param).tolist():
-        tool_name[i] = "tool_param"
-    for i in np.flatnonzero(name == names.tool_param).tolist():
-        tool_name[i] = "tool_param"
+    # Tool fields: a value per tool step (and "tool_param" for the lookups), spread over
+    # the steps by one take with null indices elsewhere, not a Python list per step.
+    param_rows = np.flatnonzero(after_param | (name == names.tool_param))
     tool_rows = np.flatnonzero(is_tool)
+    call_names: list[str] = []
+    call_types: list[str] = []
+    call_inputs: list[str] = []
     if len(tool_rows):
         # The bodies, taken from the buffer as the step texts are (not via a str per
         # response); the action tag inside is read by the Python function the reading uses.
         bodies = _gather(data, e_open_end[el[tool_rows]], e_body_end[el[tool_rows]])
         unknown_sets: dict[int, set[str]] = {}
-        for i, r, body, nm in zip(tool_rows.tolist(), g_rec[tool_rows].tolist(),
-                                  bodies.to_pylist(), name[tool_rows].tolist(), strict=True):
+        type_of_tag = registry.tool_type_for_tag
+        type_of_name = registry.tool_type_for_name
+        for r, body, nm in zip(g_rec[tool_rows].tolist(), bodies.to_pylist(),
+                               name[tool_rows].tolist(), strict=True):
             tag = tags[nm]
             action, value = split_action(body)
-            kind_of = registry.tool_type_for_tag(tag)
+            kind_of = type_of_tag(tag)
             if kind_of == GENERIC_TOOL_TYPE:
-                kind_of = registry.tool_type_for_name(action or tag)
-            tool_name[i] = action or tag
-            tool_type[i] = kind_of
-            tool_input[i] = value
-            if kind_of == GENERIC_TOOL_TYPE:
-                unknown_sets.setdefault(r, set()).add(action or tag)
+                kind_of = type_of_name(action or tag)
+                if kind_of == GENERIC_TOOL_TYPE:
+                    unknown_sets.setdefault(r, set()).add(action or tag)
+            call_names.append(action or tag)
+            call_types.append(kind_of)
+            call_inputs.append(value)
         for r, found in unknown_sets.items():
             unknown[r] = sorted(found)
+    spread = np.full(count_steps, -1, dtype=np.int64)
+    spread[tool_rows] = np.arange(len(tool_rows))
+    spread_names = spread.copy()
+    spread_names[param_rows] = len(tool_rows)
+    at_call = pa.array(spread, mask=spread < 0)
+    at_name = pa.array(spread_names, mask=spread_names < 0)
+    tool_name = pa.array([*call_names, "tool_param"], pa.large_string()).take(at_name)
+    tool_type = pa.array(call_types, pa.large_string()).take(at_call)
+    tool_input = pa.array(call_inputs, pa.large_string()).take(at_call)
 
     notes: list[list[str]] = [[] for _ in range(n)]
     for r, note, at_char in zip(noted_rec.tolist(), noted_text, noted_char.tolist(),
@@ -680,8 +691,7 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     struct = pa.StructArray.from_arrays(
         [_KIND_ARRAY.take(pa.array(kind)), _gather(data, c_start, c_end),
          pa.array(char_start, pa.int64()), pa.array(char_end, pa.int64()),
-         pa.array(tool_name, pa.large_string()), pa.array(tool_type, pa.large_string()),
-         pa.array(tool_input, pa.large_string()), none_str,
+         tool_name, tool_type, tool_input, none_str,
          pa.nulls(count_steps, pa.int64()), pa.nulls(count_steps, pa.float64())],
         fields=list(STEP_ARROW_TYPE))
     per_record = np.bincount(g_rec, minlength=n)
