@@ -15,8 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eval_pipeline import ingest
+from eval_pipeline.models import STEPS_ARROW_TYPE
 from eval_pipeline.preprocess import PreprocessConfig
 from eval_pipeline.routing import routing_table
+from eval_pipeline.steps_column import STEPS_DTYPE
 from eval_pipeline.tool_registry import default_registry
 
 _UNCLOSED_THINK = ("<think>plan the search\n<deepsearch><quick_research>{\"question\": \"q\"}"
@@ -31,21 +33,28 @@ def _drop(tmp_path: Path, name: str, records: list[dict]) -> Path:
 
 
 def _round_trip(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
-    """As the IO manager stores and loads an asset."""
-    frame.to_parquet(path, index=False)
-    return pd.read_parquet(path)
+    """As the IO manager stores and loads an asset: through Arrow, the steps back as the
+    Arrow steps column (pandas' own round trip cannot read back the dtype name it writes
+    for a nested Arrow column)."""
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
+    return _load(path)
+
+
+def _load(path: Path) -> pd.DataFrame:
+    return pq.read_table(path).to_pandas(ignore_metadata=True,
+                                         types_mapper={STEPS_ARROW_TYPE: STEPS_DTYPE}.get)
 
 
 def test_steps_are_stored_as_a_list_of_structs_not_json_text(tmp_path):
     drop = _drop(tmp_path, "x.jsonl", [{"task_id": "a", "raw_response": _UNCLOSED_THINK,
                                         "success": True}])
     raw, _ = ingest.read_batch(drop, None, "b")
-    raw.to_parquet(tmp_path / "raw.parquet", index=False)
+    assert raw["steps"].dtype == STEPS_DTYPE  # Arrow from the parser on (#12.1 contract)
+    loaded = _round_trip(raw, tmp_path / "raw.parquet")
     steps_type = pq.read_schema(tmp_path / "raw.parquet").field("steps").type
     assert pa.types.is_list(steps_type) and pa.types.is_struct(steps_type.value_type)
     fields = {f.name: f.type for f in steps_type.value_type}
-    assert pa.types.is_string(fields["content"]) and pa.types.is_integer(fields["start"])
-    loaded = pd.read_parquet(tmp_path / "raw.parquet")
+    assert pa.types.is_large_string(fields["content"]) and pa.types.is_integer(fields["start"])
     assert not isinstance(loaded["steps"].iloc[0], str | bytes)
 
     kept, _, _ = ingest.preprocess_batch(loaded, PreprocessConfig(), default_registry())

@@ -48,6 +48,7 @@ from eval_pipeline.formats.spans import OpenInferenceSpanParser
 from eval_pipeline.formats.swe_agent import SweAgentParser, SweAgentPredsParser
 from eval_pipeline.formats.tau_bench import TauBenchParser
 from eval_pipeline.formats.toolbench import ToolBenchParser
+from eval_pipeline.formats.xml_arrow import ArrowParseResult, parse_arrow_rows
 from eval_pipeline.formats.xml_tags import (
     XmlTagParser,
     parse_xml_response,
@@ -130,12 +131,15 @@ def parse_file(
     source_file: str | None = None,
     overrides: Mapping[str, str] | None = None,
     as_rows: bool = False,
+    arrow_steps: bool = False,
 ) -> ParseResult:
     """Parse one file; every record ends up a trajectory or a quarantined record.
 
     ``as_rows``: the trajectories come as ``raw_trajectories`` rows in ``rows`` (what
     ``Trajectory.to_row`` gives), built directly by formats that can (the XML-tag format),
-    else dumped from the models.
+    else dumped from the models. ``arrow_steps`` (with ``as_rows``): the XML-tag format
+    builds its steps in Arrow and returns an :class:`ArrowParseResult` holding them (the
+    rows' ``steps`` are then None); other formats return their rows as before.
     """
     path = Path(path)
     if format_name is not None and format_name not in PARSERS:
@@ -143,11 +147,12 @@ def parse_file(
     if not source_encoding(path).plain:
         result = _parse_decoded(path, batch, format_name=format_name, registry=registry,
                                 source_file=source_file, overrides=overrides,
-                                as_rows=as_rows)
+                                as_rows=as_rows, arrow_steps=arrow_steps)
     else:
         result = _parse_plain(path, batch,
                               format_name=format_name or _override(path, overrides),
-                              registry=registry, source_file=source_file, as_rows=as_rows)
+                              registry=registry, source_file=source_file, as_rows=as_rows,
+                              arrow_steps=arrow_steps)
     if as_rows and result.trajectories:
         result.rows = [t.to_row() for t in result.trajectories]
         result.trajectories = []
@@ -156,7 +161,8 @@ def parse_file(
 
 def _parse_decoded(path: Path, batch: str, *, format_name: str | None,
                    registry: ToolRegistry | None, source_file: str | None,
-                   overrides: Mapping[str, str] | None, as_rows: bool) -> ParseResult:
+                   overrides: Mapping[str, str] | None, as_rows: bool,
+                   arrow_steps: bool = False) -> ParseResult:
     """Parse a gzip or UTF-16 file through a streamed UTF-8 copy named without ``.gz``.
 
     The copy lives in a temporary folder; the context still points at the original's
@@ -175,12 +181,14 @@ def _parse_decoded(path: Path, batch: str, *, format_name: str | None,
                 forced)])
         return _parse_plain(plain, batch, format_name=forced, registry=registry,
                             source_file=source_file or path.name,
-                            context_path=path.with_name(plain.name), as_rows=as_rows)
+                            context_path=path.with_name(plain.name), as_rows=as_rows,
+                            arrow_steps=arrow_steps)
 
 
 def _parse_plain(path: Path, batch: str, *, format_name: str | None,
                  registry: ToolRegistry | None, source_file: str | None,
-                 context_path: Path | None = None, as_rows: bool = False) -> ParseResult:
+                 context_path: Path | None = None, as_rows: bool = False,
+                 arrow_steps: bool = False) -> ParseResult:
     name = format_name or detect_format(path)
     if name not in PARSERS:
         raise UnknownFormatError(f"unknown format {name!r}; known: {sorted(PARSERS)}")
@@ -196,6 +204,8 @@ def _parse_plain(path: Path, batch: str, *, format_name: str | None,
             "file is one record", head, name)])
     parser = PARSERS[name]
     try:
+        if as_rows and arrow_steps and isinstance(parser, XmlTagParser):
+            return parse_arrow_rows(parser, path, ctx)
         if as_rows and isinstance(parser, JsonRecordsParser):
             return parser.parse_rows(path, ctx)
         return parser.parse(path, ctx)
@@ -262,6 +272,7 @@ def unregistered_tool_counts(results: Iterable[ParseResult]) -> Counter[str]:
 
 __all__ = [
     "PARSERS",
+    "ArrowParseResult",
     "UnknownFormatError",
     "detect_format",
     "discover_files",

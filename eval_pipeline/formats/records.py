@@ -220,13 +220,16 @@ class JsonRecordsParser:
 
 
 def finish_row(row: dict[str, Any], repairs: tuple[str, ...], first_by_task: dict[str, str],
-               key: str | None = None) -> None:
-    """:func:`finish` on a row from :meth:`JsonRecordsParser.row`; writes its ``extra``."""
+               key: str | None = None, unknown: list[str] | None = None) -> None:
+    """:func:`finish` on a row from :meth:`JsonRecordsParser.row`; writes its ``extra``.
+    ``unknown``: the row's unregistered tool names when its steps are not in the row
+    (``xml_arrow`` builds them in Arrow), else read from its step rows."""
     extra: dict[str, Any] = row["extra"]
     if repairs:
         extra.setdefault("repairs", []).extend(repairs)
-    unknown = sorted({s["tool_name"] or "?" for s in row["steps"]
-                      if s["kind"] == "tool_call" and s["tool_type"] == GENERIC_TOOL_TYPE})
+    if unknown is None:
+        unknown = sorted({s["tool_name"] or "?" for s in row["steps"]
+                          if s["kind"] == "tool_call" and s["tool_type"] == GENERIC_TOOL_TYPE})
     if unknown:
         extra["unregistered_tools"] = unknown
     key = row["task_id"] if key is None else key

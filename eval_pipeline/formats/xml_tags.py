@@ -425,9 +425,10 @@ class XmlTagParser(JsonRecordsParser):
             return 0.9
         return 0.0
 
-    def fields(self, value: dict[str, Any], rec: RawRecord, ctx: ParseContext
-               ) -> dict[str, Any]:
-        """The trajectory's fields from one record, its steps as rows."""
+    def fields(self, value: dict[str, Any], rec: RawRecord, ctx: ParseContext,
+               analysis: tuple[Any, list[str]] | None = None) -> dict[str, Any]:
+        """The trajectory's fields from one record, its steps as rows; ``analysis``: the
+        steps and notes already read from its response (``xml_arrow``), else read here."""
         extra = {k: v for k, v in value.items() if k not in self.known_fields}
         raw = value.get("raw_response")
         if raw is None and isinstance(value.get("full_response_with_evaluation"), str):
@@ -436,7 +437,8 @@ class XmlTagParser(JsonRecordsParser):
         if not isinstance(raw, str):
             reason = "missing_field" if raw is None else "wrong_type"
             raise RecordError(reason, f"raw_response must be a string, got {type(raw).__name__}")
-        steps, notes = analyze_xml_rows(raw, ctx.registry)
+        steps, notes = analysis if analysis is not None else analyze_xml_rows(
+            raw, ctx.registry)
         if notes:
             extra["tag_notes"] = notes
         if "success" not in value:
@@ -459,8 +461,9 @@ class XmlTagParser(JsonRecordsParser):
         return self.trajectory(rec, ctx, index, **self.fields(value, rec, ctx))
 
     def build_row(self, value: dict[str, Any], rec: RawRecord, ctx: ParseContext,
-                  index: int) -> dict[str, Any]:
-        return self.row(rec, ctx, index, **self.fields(value, rec, ctx))
+                  index: int, analysis: tuple[Any, list[str]] | None = None
+                  ) -> dict[str, Any]:
+        return self.row(rec, ctx, index, **self.fields(value, rec, ctx, analysis))
 
     def parse_rows(self, path: Path, ctx: ParseContext) -> ParseResult:
         """Every record straight to its table row: the same values as building and dumping
