@@ -373,6 +373,17 @@ def screen(text: str, steps: Sequence[StepRow], config: PreprocessConfig,
     calls = [s for s in steps if s["kind"] == "tool_call"]
     count = len(calls)
     duplicates = _row_duplicates(calls, registry)
+    reason, flags = decide(count, duplicates, config)
+    return Screening(text=text, steps=new_steps, kept=reason is None, removal_reason=reason,
+                     flags=flags, tool_call_count=count, duplicate_calls=duplicates,
+                     format_fixes=fixes,
+                     tag_analysis=_tag_counts(text, (s["kind"] for s in steps)))
+
+
+def decide(count: int, duplicates: Sequence[str], config: PreprocessConfig
+           ) -> tuple[str | None, list[str]]:
+    """The removal reason (None: kept) and flags of a response with ``count`` tool calls
+    and these consecutive duplicates: one place for ``screen`` and the batch kernels."""
     flags: list[str] = []
     reason: str | None = None
     if count > config.beta_threshold:
@@ -383,10 +394,7 @@ def screen(text: str, steps: Sequence[StepRow], config: PreprocessConfig,
         if config.duplicate_filter == "remove":
             reason = "duplicates"
         flags.append(f"duplicates: {len(duplicates)} consecutive identical call(s)")
-    return Screening(text=text, steps=new_steps, kept=reason is None, removal_reason=reason,
-                     flags=flags, tool_call_count=count, duplicate_calls=duplicates,
-                     format_fixes=fixes,
-                     tag_analysis=_tag_counts(text, (s["kind"] for s in steps)))
+    return reason, flags
 
 
 def preprocess_one(

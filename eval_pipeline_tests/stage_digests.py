@@ -20,6 +20,7 @@ import pandas as pd
 from eval_pipeline import ingest
 from eval_pipeline.formats import discover_files
 from eval_pipeline.preprocess import PreprocessConfig
+from eval_pipeline.steps_column import STEPS_DTYPE
 from eval_pipeline.tool_registry import default_registry
 
 HERE = Path(__file__).resolve().parent
@@ -41,8 +42,18 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
+def _dtype_name(column: str, dtype: Any) -> str:
+    """The dtype as the digests recorded it. The ``steps`` column is Arrow since the #12.1
+    contract (``steps_column.STEPS_DTYPE``) and was an object column of the same dicts
+    before: recorded as ``object``, so the digests pin its values, not the change."""
+    if column == "steps" and dtype == STEPS_DTYPE:
+        return "object"
+    return str(dtype)
+
+
 def digest_table(table: pd.DataFrame) -> str:
-    header = [list(map(str, table.columns)), [str(t) for t in table.dtypes]]
+    header = [list(map(str, table.columns)),
+              [_dtype_name(str(c), t) for c, t in zip(table.columns, table.dtypes, strict=True)]]
     body = [[_plain(v) for v in table[c].tolist()] for c in table.columns]
     text = json.dumps([header, body], ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
