@@ -145,7 +145,8 @@ def _step_rows(value: object) -> list[dict[str, Any]]:
     return steps_to_rows(steps_from_rows(rows))
 
 
-def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: ToolRegistry
+def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: ToolRegistry,
+                     *, kernels: bool = True
                      ) -> tuple[pd.DataFrame, pd.DataFrame, PreprocessStats]:
     """The three rules on every row, read column by column.
 
@@ -161,6 +162,8 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
     tags or only an ``<answer>`` closed at the end, ASCII tag names) is decided for the
     whole batch by ``preprocess_arrow.screen_batch`` without converting its steps or text
     to Python; every other response goes through ``screen`` as before (#12.1).
+    ``kernels=False`` sends every response through ``screen``: the reference the tests
+    hold the kernels to (``test_prep_arrow.py``).
     """
     raw = with_arrow_steps(raw)
     fields = list(Trajectory.model_fields)
@@ -174,7 +177,8 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
         for c in fields if c not in arrow_columns}
     steps = _steps_list_array(raw, n)
     reparsers = {rule: row_reparser(rule, registry) for rule in set(columns["reparse"])}
-    batch = _screen_batch(raw, response, steps, columns["reparse"], config, registry)
+    batch = (_screen_batch(raw, response, steps, columns["reparse"], config, registry)
+             if kernels else None)
     if response is None:
         texts = columns["raw_response"]
     outcomes: list[Screening] = []
@@ -429,12 +433,13 @@ def _repaired_responses(response: pa.Array, kept: list[int],
     return pd.Series(pd.array(values, dtype=_STR))
 
 
-def clips_table(preprocessed: pd.DataFrame) -> pd.DataFrame:
+def clips_table(preprocessed: pd.DataFrame, *, kernels: bool = True) -> pd.DataFrame:
     """Clips of every trajectory; only the five columns they need are read.
 
     The clips of a batch are cut in Arrow (``clips_arrow.clip_batch``) from the Arrow
     ``steps`` column; a response it leaves to Python (``fast`` False) is cut by
-    ``segment_rows`` as before, and its clips put in its place (#12.1).
+    ``segment_rows`` as before, and its clips put in its place (#12.1). ``kernels=False``
+    cuts every response with ``segment_rows`` (the tests' reference).
     """
     frame = with_arrow_steps(preprocessed)
     n = len(frame)
@@ -444,7 +449,7 @@ def clips_table(preprocessed: pd.DataFrame) -> pd.DataFrame:
         texts = frame["raw_response"].tolist()
         if all(isinstance(t, str) for t in texts):
             response = pa.array(texts, pa.large_string())
-    if steps is None or response is None or steps.null_count or n == 0:
+    if not kernels or steps is None or response is None or steps.null_count or n == 0:
         return _clips_in_python(frame)
     batch = clip_batch(response, steps)
     python_rows: list[ClipRow] = []
