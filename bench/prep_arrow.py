@@ -61,10 +61,7 @@ def child(folder: Path) -> None:
 def loads_cpu(lines: list[bytes]) -> float:
     start = time.process_time()
     for line in lines:
-        try:
-            json.loads(line)
-        except ValueError:
-            pass
+        json.loads(line)  # the corpus drop's lines are all JSON
     return time.process_time() - start
 
 

@@ -54,6 +54,24 @@ class BatchClips:
 _HIGH = np.uint64(0x8080808080808080)
 
 
+def _continuations(data: np.ndarray) -> np.ndarray:
+    """UTF-8 continuation bytes (``10xxxxxx``) in each eight bytes of ``data`` (the last
+    eight padded with zeros), counted a ``uint64`` at a time without copying ``data``."""
+    whole = len(data) // 8 * 8
+    tail = np.zeros(8, np.uint8)
+    tail[:len(data) - whole] = data[whole:]
+    counts = []
+    for part in (data[:whole], tail):
+        words = part.view(np.uint64) if part.ctypes.data % 8 == 0 else part.copy().view(
+            np.uint64)
+        shifted = np.left_shift(words, np.uint64(1))
+        np.invert(shifted, out=shifted)
+        np.bitwise_and(shifted, words, out=shifted)
+        np.bitwise_and(shifted, _HIGH, out=shifted)
+        counts.append(np.bitwise_count(shifted))
+    return np.concatenate(counts)
+
+
 def _char_to_byte(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
                   chars: np.ndarray) -> np.ndarray:
     """Byte offsets (into ``data``) of character offsets ``chars`` of responses ``rows``.
@@ -63,21 +81,21 @@ def _char_to_byte(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
     the characters before every eighth byte are one cumulative sum; each offset is placed
     among those by binary search and then inside its eight bytes.
     """
-    buffer = np.zeros(len(data) + 16 - len(data) % 8, np.uint8)
-    buffer[:len(data)] = data
-    words = buffer.view(np.uint64)
-    continuation = (words & _HIGH) & ~((words << np.uint64(1)) & _HIGH)
-    before = np.zeros(len(words) + 1, np.int64)  # continuation bytes before each word
-    np.cumsum(np.bitwise_count(continuation), out=before[1:])
-    word_chars = np.arange(len(words) + 1, dtype=np.int64) * 8 - before
+    per_word = _continuations(data)
+    before = np.zeros(len(per_word) + 1, np.int64)  # continuation bytes before each word
+    np.cumsum(per_word, out=before[1:])
+    word_chars = np.arange(len(per_word) + 1, dtype=np.int64) * 8 - before
+    last = max(len(data) - 1, 0)
     row_start = offsets[rows]
-    word, inside = row_start >> 3, (row_start & 7).astype(np.uint64)
-    below = (np.left_shift(np.uint64(1), inside * np.uint64(8)) - np.uint64(1))
-    partial = np.bitwise_count(continuation[word] & below).astype(np.int64)
+    word = row_start >> 3
+    head = data[np.minimum((word * 8)[:, None] + np.arange(8), last)]
+    head_cont = ((head & 0xC0) == 0x80) & (np.arange(8) < (row_start & 7)[:, None])
+    partial = head_cont.sum(axis=1)
     target = row_start - before[word] - partial + chars  # characters before the offset
     at = np.searchsorted(word_chars, target, side="right") - 1
-    window = buffer[(at * 8)[:, None] + np.arange(8)]
-    starts = np.cumsum((window & 0xC0) != 0x80, axis=1)
+    window = data[np.minimum((at * 8)[:, None] + np.arange(8), last)]
+    inside = (at * 8)[:, None] + np.arange(8) < len(data)
+    starts = np.cumsum(((window & 0xC0) != 0x80) | ~inside, axis=1)
     within = np.argmax(starts > (target - word_chars[at])[:, None], axis=1)
     return at * 8 + within
 

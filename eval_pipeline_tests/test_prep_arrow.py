@@ -31,8 +31,10 @@ from eval_pipeline.preprocess_arrow import (
     ANSWER_CLOSED_AT_END,
     _repair_status,
     _scan,
-    _tag_counts as batch_tag_counts,
     utf8_bytes,
+)
+from eval_pipeline.preprocess_arrow import (
+    _tag_counts as batch_tag_counts,
 )
 from eval_pipeline.steps_column import STEPS_DTYPE, with_arrow_steps
 from eval_pipeline.tool_registry import default_registry
