@@ -172,9 +172,7 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
     response = _arrow_strings(raw, "raw_response")
     if response is not None:
         arrow_columns.add("raw_response")
-    columns: dict[str, list[Any]] = {
-        c: ([_na_to_none(v) for v in raw[c].tolist()] if c in raw.columns else [None] * n)
-        for c in fields if c not in arrow_columns}
+    columns = _PythonColumns(raw)
     steps = _steps_list_array(raw, n)
     reparsers = {rule: row_reparser(rule, registry) for rule in set(columns["reparse"])}
     batch = (_screen_batch(raw, response, steps, columns["reparse"], config, registry)
@@ -230,7 +228,7 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
             ("format_corrected", fixed),
             # Judges read the limit the run used (a sequence over it is not optimal).
             ("beta_threshold", config.beta_threshold),
-            ("preprocessing_flags", json.dumps(flags)),
+            ("preprocessing_flags", json.dumps(flags) if flags else "[]"),
             ("preprocessing_metadata", _JSON_TEXT({
                 "tool_call_count": found.tool_call_count,
                 "has_duplicates": duplicated,
@@ -273,6 +271,23 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
 
 
 ANSWER_CLOSER = "</answer>"
+
+
+class _PythonColumns(dict[str, list[Any]]):
+    """A table's columns as Python values (missing ones None), each converted when first
+    asked for: the kernels leave most columns in Arrow, and converting every column of
+    every batch was a tenth of the stage."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        super().__init__()
+        self.frame = frame
+
+    def __missing__(self, column: str) -> list[Any]:
+        frame = self.frame
+        values = ([_na_to_none(v) for v in frame[column].tolist()]
+                  if column in frame.columns else [None] * len(frame))
+        self[column] = values
+        return values
 
 _JSON_TEXT = json.JSONEncoder(ensure_ascii=False).encode
 """``json.dumps(..., ensure_ascii=False)`` without building an encoder per call."""
