@@ -179,6 +179,7 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
              if kernels else None)
     if response is None:
         texts = columns["raw_response"]
+    notes = _parser_notes([e or "{}" for e in columns["extra"]])
     outcomes: list[Screening] = []
     kept_idx: list[int] = []
     removed_rows: list[dict[str, object]] = []
@@ -219,7 +220,6 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
             repaired_texts[len(kept_idx)] = (text, found.text)
             python_steps[len(kept_idx)] = found.steps
         kept_idx.append(i)
-        extra: str = columns["extra"][i] or "{}"
         fixed = bool(found.format_fixes)
         duplicated = bool(found.duplicate_calls)
         for name, value in (
@@ -237,7 +237,8 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
                 "flags": flags,
                 "tag_analysis": found.tag_analysis,
                 # What the parser had to repair to read the record at all.
-                "parser_notes": _parser_notes(extra),
+                "parser_notes": (notes[i] if notes[i] is not _UNREAD else json.loads(
+                    columns["extra"][i] or "{}").get("tag_notes", [])),
             })),
         ):
             extra_columns[name].append(value)
@@ -293,14 +294,27 @@ _JSON_TEXT = json.JSONEncoder(ensure_ascii=False).encode
 """``json.dumps(..., ensure_ascii=False)`` without building an encoder per call."""
 
 
-def _parser_notes(extra: str) -> Any:
-    """``extra``'s ``tag_notes`` (the parser's repairs), [] without any. An ``extra`` that
-    cannot hold the key (neither its name nor an escape that could spell it) is not
-    decoded: most records have none, and decoding every record's ``extra`` was a tenth of
-    the row loop."""
-    if "tag_notes" not in extra and "\\u" not in extra:
-        return []
-    return json.loads(extra).get("tag_notes", [])
+_UNREAD = object()
+"""A ``tag_notes`` that :func:`_parser_notes` could not read: read per record where used."""
+
+
+def _parser_notes(extras: list[str]) -> list[Any]:
+    """Each ``extra``'s ``tag_notes`` (what the parser repaired), [] without any: the
+    JSON texts decoded in one call as one array (a call per record was a tenth of the
+    row loop). If that fails, each on its own, and one that cannot be read is
+    :data:`_UNREAD` (the row loop reads it again, failing as it always did)."""
+    try:
+        values = json.loads("[" + ",".join(extras) + "]")
+        if len(values) != len(extras):
+            raise ValueError("an extra that is not one JSON value")
+    except ValueError:
+        values = []
+        for extra in extras:
+            try:
+                values.append(json.loads(extra))
+            except ValueError:
+                values.append(None)
+    return [v.get("tag_notes", []) if isinstance(v, dict) else _UNREAD for v in values]
 
 
 def _steps_list_array(raw: pd.DataFrame, n: int) -> pa.ListArray | None:
