@@ -98,6 +98,21 @@ class _Tags:
     """Rows (batch length) with a ``<`` Python might read differently (non-ASCII)."""
 
 
+def _windows(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """The ``width`` bytes of ``data`` from each of ``starts`` (one row each), read through
+    a strided view (no index per byte); past the end of ``data``, its last byte."""
+    out = np.empty((len(starts), width), np.uint8)
+    if not len(starts):
+        return out
+    near_end = starts > len(data) - width
+    if len(data) >= width:
+        view = np.lib.stride_tricks.sliding_window_view(data, width)
+        out[~near_end] = view[starts[~near_end]]
+    late = np.flatnonzero(near_end)
+    out[late] = data[np.minimum(starts[late, None] + np.arange(width), len(data) - 1)]
+    return out
+
+
 def _scan(data: np.ndarray, offsets: np.ndarray) -> _Tags:
     """Every tag token: ``<`` ``/``? name (``[A-Za-z0-9_-]``) then ``>``, ``/>`` or
     whitespace and anything but ``<``/``>`` up to ``>``, inside one response.
@@ -123,7 +138,7 @@ def _scan(data: np.ndarray, offsets: np.ndarray) -> _Tags:
     row_end = offsets[row + 1]
     closing = data[np.minimum(candidates + 1, max(size - 1, 0))] == 47
     name_start = candidates + 1 + closing
-    window = data[np.minimum(name_start[:, None] + np.arange(_WINDOW + 2), max(size - 1, 0))]
+    window = _windows(data, name_start, _WINDOW + 2)
     is_name = _NAME_CHAR[window]
     run = np.argmin(is_name, axis=1)  # the first byte that is not a name byte
     full = is_name.all(axis=1)
@@ -151,9 +166,10 @@ def _scan(data: np.ndarray, offsets: np.ndarray) -> _Tags:
     ok = (first_ok & inside & ~odd & (direct | self_closing | (spaced & (g < next_lt)))
           & (end <= row_end))
     keep = np.flatnonzero(ok)
-    names = np.where(np.arange(_WINDOW + 2) < run[keep, None], _LOWER[window[keep]], 0)
+    names = _LOWER[window[keep, :_WINDOW]]
+    names[np.arange(_WINDOW) >= run[keep, None]] = 0
     return _Tags(row=row[keep], closing=closing[keep],
-                 name=np.ascontiguousarray(names[:, :_WINDOW]).view(f"S{_WINDOW}").ravel(),
+                 name=names.view(f"S{_WINDOW}").ravel(),
                  attrs=np.where(spaced[keep], g[keep] - term_at[keep], 0),
                  attr_start=term_at[keep], end=end[keep],
                  self_closing=self_closing[keep], unsure=unsure)
