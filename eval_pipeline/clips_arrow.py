@@ -81,6 +81,8 @@ def _char_to_byte(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
     the characters before every eighth byte are one cumulative sum; each offset is placed
     among those by binary search and then inside its eight bytes.
     """
+    if not len(data):
+        return offsets[rows] + chars
     per_word = _continuations(data)
     before = np.zeros(len(per_word) + 1, np.int64)  # continuation bytes before each word
     np.cumsum(per_word, out=before[1:])

@@ -211,3 +211,6 @@ def test_char_to_byte_matches_python() -> None:
             expected.append(int(offsets[i]) + len(text[:c].encode()))
     got = _char_to_byte(data, offsets, np.array(rows), np.array(chars))
     assert got.tolist() == expected
+    empty = pa.array(["", ""], pa.large_string())
+    data, offsets = utf8_bytes(empty)
+    assert _char_to_byte(data, offsets, np.array([0, 1]), np.array([0, 0])).tolist() == [0, 0]
