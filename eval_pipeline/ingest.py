@@ -17,12 +17,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 
 from eval_pipeline.clips import Clip, ClipRow, segment_rows
+from eval_pipeline.clips_arrow import clip_batch
 from eval_pipeline.formats import ArrowParseResult, parse_file, row_reparser
 from eval_pipeline.judges.base import ClipTask, ClipView
 from eval_pipeline.models import (
+    STEP_ARROW_TYPE,
+    STEPS_ARROW_TYPE,
     QuarantinedRecord,
     Step,
     Trajectory,
@@ -33,11 +37,13 @@ from eval_pipeline.preprocess import (
     PreprocessConfig,
     PreprocessStats,
     Screening,
+    decide,
     screen,
     summarize,
 )
+from eval_pipeline.preprocess_arrow import ANSWER_CLOSED_AT_END, BatchScreen, screen_batch
 from eval_pipeline.splitting import BatchManifest, drop_fingerprint
-from eval_pipeline.steps_column import steps_array, with_arrow_steps
+from eval_pipeline.steps_column import as_steps_column, steps_array, with_arrow_steps
 from eval_pipeline.tool_registry import ToolRegistry, default_registry, load_registry
 
 QUARANTINE_COLUMNS = list(QuarantinedRecord.model_fields)
@@ -166,7 +172,8 @@ def _step_rows(value: object) -> list[dict[str, Any]]:
     return steps_to_rows(steps_from_rows(rows))
 
 
-def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: ToolRegistry
+def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: ToolRegistry,
+                     *, kernels: bool = True
                      ) -> tuple[pd.DataFrame, pd.DataFrame, PreprocessStats]:
     """The three rules on every row, read column by column.
 
@@ -176,23 +183,53 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
     The responses stay Arrow strings where they were: a kept response is taken from the
     raw column, a repair that only appended closing tags is appended there, and only a
     response repaired inside is converted from Python (#12.1).
+
+    ``steps`` is read as Arrow (``with_arrow_steps``: a table with Python steps is
+    converted first) and handed on as Arrow. The common case of a response (well-formed
+    tags or only an ``<answer>`` closed at the end, ASCII tag names) is decided for the
+    whole batch by ``preprocess_arrow.screen_batch`` without converting its steps or text
+    to Python; every other response goes through ``screen`` as before (#12.1).
+    ``kernels=False`` sends every response through ``screen``: the reference the tests
+    hold the kernels to (``test_prep_arrow.py``).
     """
+    raw = with_arrow_steps(raw)
     fields = list(Trajectory.model_fields)
     n = len(raw)
-    columns: dict[str, list[Any]] = {
-        c: ([_na_to_none(v) for v in raw[c].tolist()] if c in raw.columns else [None] * n)
-        for c in fields}
+    arrow_columns = {"steps"}
+    response = _arrow_strings(raw, "raw_response")
+    if response is not None:
+        arrow_columns.add("raw_response")
+    columns = _PythonColumns(raw)
+    steps = _steps_list_array(raw, n)
     reparsers = {rule: row_reparser(rule, registry) for rule in set(columns["reparse"])}
+    batch = (_screen_batch(raw, response, steps, columns["reparse"], config, registry)
+             if kernels else None)
+    if response is None:
+        texts = columns["raw_response"]
+    notes = _parser_notes([e or "{}" for e in columns["extra"]])
     outcomes: list[Screening] = []
     kept_idx: list[int] = []
     removed_rows: list[dict[str, object]] = []
     extra_columns: dict[str, list[Any]] = {c: [] for c in PREPROCESSED_EXTRA}
-    kept_steps: list[list[dict[str, Any]]] = []
+    python_steps: dict[int, list[dict[str, Any]]] = {}  # kept position -> steps from Python
+    answer_closed: list[int] = []  # kept positions whose <answer> is closed at the end
     repaired_texts: dict[int, tuple[str, str]] = {}  # kept position -> (text, repaired)
-    texts = columns["raw_response"]
     for i in range(n):
-        steps = _step_rows(columns["steps"][i])
-        found = screen(texts[i], steps, config, registry, reparsers[columns["reparse"][i]])
+        if batch is not None and batch.fast[i]:
+            count = int(batch.tool_calls[i])
+            duplicates = batch.duplicates[i]
+            reason, flags = decide(count, duplicates, config)
+            closed = bool(batch.answer_closed[i])
+            found = Screening(
+                text="", steps=None, kept=reason is None, removal_reason=reason, flags=flags,
+                tool_call_count=count, duplicate_calls=duplicates,
+                format_fixes=[ANSWER_CLOSED_AT_END] if closed else [],
+                tag_analysis=batch.tag_counts[i])
+        else:
+            closed = False
+            text = texts[i] if response is None else response[i].as_py()
+            rows = _step_rows(steps[i].as_py() if steps is not None else None)
+            found = screen(text, rows, config, registry, reparsers[columns["reparse"][i]])
         outcomes.append(found)
         flags = found.flags
         if not found.kept:
@@ -204,13 +241,12 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
                 "duplicate_calls": json.dumps(found.duplicate_calls, ensure_ascii=False),
             })
             continue
-        if found.steps is not None:
-            repaired_texts[len(kept_idx)] = (texts[i], found.text)
-            kept_steps.append(found.steps)
-        else:
-            kept_steps.append(steps)
+        if closed:
+            answer_closed.append(len(kept_idx))
+        elif found.steps is not None:
+            repaired_texts[len(kept_idx)] = (text, found.text)
+            python_steps[len(kept_idx)] = found.steps
         kept_idx.append(i)
-        extra: str = columns["extra"][i] or "{}"
         fixed = bool(found.format_fixes)
         duplicated = bool(found.duplicate_calls)
         for name, value in (
@@ -219,8 +255,8 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
             ("format_corrected", fixed),
             # Judges read the limit the run used (a sequence over it is not optimal).
             ("beta_threshold", config.beta_threshold),
-            ("preprocessing_flags", json.dumps(flags)),
-            ("preprocessing_metadata", json.dumps({
+            ("preprocessing_flags", json.dumps(flags) if flags else "[]"),
+            ("preprocessing_metadata", _JSON_TEXT({
                 "tool_call_count": found.tool_call_count,
                 "has_duplicates": duplicated,
                 "format_corrected": fixed,
@@ -228,8 +264,9 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
                 "flags": flags,
                 "tag_analysis": found.tag_analysis,
                 # What the parser had to repair to read the record at all.
-                "parser_notes": json.loads(extra).get("tag_notes", []),
-            }, ensure_ascii=False)),
+                "parser_notes": (notes[i] if notes[i] is not _UNREAD else json.loads(
+                    columns["extra"][i] or "{}").get("tag_notes", [])),
+            })),
         ):
             extra_columns[name].append(value)
     removed = pd.DataFrame(removed_rows, columns=REPORT_COLUMNS)
@@ -238,22 +275,148 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
                 summarize(outcomes))
     out: dict[str, Any] = {}
     for c in fields:
+        if c in arrow_columns:
+            continue
         # Columns passed through as they are: their strings stay in Arrow.
         taken = (None if c in _REWRITTEN else _taken_strings(raw, c, kept_idx))
         out[c] = taken if taken is not None else [columns[c][i] for i in kept_idx]
     out["extra"] = [e or "{}" for e in out["extra"]]
     for key in ("expected_tools", "expected_calls"):
         out[key] = [v if isinstance(v, str) else None for v in out[key]]
-    out["steps"] = kept_steps
-    response = _arrow_strings(raw, "raw_response")
+    out["steps"] = _kept_steps(steps, kept_idx, python_steps, answer_closed)
     if response is None:
+        out["raw_response"] = [texts[i] for i in kept_idx]
         for position, (_original, text) in repaired_texts.items():
             out["raw_response"][position] = text
+        for position in answer_closed:
+            out["raw_response"][position] += ANSWER_CLOSER
     else:
-        out["raw_response"] = _repaired_responses(response, kept_idx, repaired_texts)
+        out["raw_response"] = _repaired_responses(response, kept_idx, repaired_texts,
+                                                  answer_closed)
     out.update(extra_columns)
     return (pd.DataFrame(out, columns=fields + PREPROCESSED_EXTRA), removed,
             summarize(outcomes))
+
+
+ANSWER_CLOSER = "</answer>"
+
+
+class _PythonColumns(dict[str, list[Any]]):
+    """A table's columns as Python values (missing ones None), each converted when first
+    asked for: the kernels leave most columns in Arrow, and converting every column of
+    every batch was a tenth of the stage."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        super().__init__()
+        self.frame = frame
+
+    def __missing__(self, column: str) -> list[Any]:
+        frame = self.frame
+        values = ([_na_to_none(v) for v in frame[column].tolist()]
+                  if column in frame.columns else [None] * len(frame))
+        self[column] = values
+        return values
+
+_JSON_TEXT = json.JSONEncoder(ensure_ascii=False).encode
+"""``json.dumps(..., ensure_ascii=False)`` without building an encoder per call."""
+
+
+_UNREAD = object()
+"""A ``tag_notes`` that :func:`_parser_notes` could not read: read per record where used."""
+
+
+def _parser_notes(extras: list[str]) -> list[Any]:
+    """Each ``extra``'s ``tag_notes`` (what the parser repaired), [] without any: the
+    JSON texts decoded in one call as one array (a call per record was a tenth of the
+    row loop). If that fails, each on its own, and one that cannot be read is
+    :data:`_UNREAD` (the row loop reads it again, failing as it always did)."""
+    try:
+        values = json.loads("[" + ",".join(extras) + "]")
+        if len(values) != len(extras):
+            raise ValueError("an extra that is not one JSON value")
+    except ValueError:
+        values = []
+        for extra in extras:
+            try:
+                values.append(json.loads(extra))
+            except ValueError:
+                values.append(None)
+    return [v.get("tag_notes", []) if isinstance(v, dict) else _UNREAD for v in values]
+
+
+def _steps_list_array(raw: pd.DataFrame, n: int) -> pa.ListArray | None:
+    """The ``steps`` column as one Arrow list array (None: the table has no such column)."""
+    if "steps" not in raw.columns:
+        return None
+    values = raw["steps"].array.__arrow_array__()
+    array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    assert len(array) == n
+    return array
+
+
+def _screen_batch(raw: pd.DataFrame, response: pa.Array | None, steps: pa.ListArray | None,
+                  rules: list[Any], config: PreprocessConfig, registry: ToolRegistry
+                  ) -> BatchScreen | None:
+    """The batch kernels' decisions, or None where they do not apply to the batch (no
+    steps, missing steps or responses). A row whose format repairs tags by another rule
+    than the XML one, or whose ``<answer>`` closed at the end is not its last step read to
+    the end, is marked for ``screen``."""
+    n = len(raw)
+    if n == 0 or steps is None or steps.null_count:
+        return None
+    if response is None:
+        texts = raw["raw_response"].tolist()
+        if not all(isinstance(t, str) for t in texts):
+            return None
+        response = pa.array(texts, pa.large_string())
+    reparse = np.array([r is not None for r in rules], bool)
+    batch = screen_batch(response, steps, reparse, config, registry)
+    other_rule = np.array([r not in (None, "xml_tags") for r in rules], bool)
+    batch.fast &= ~(other_rule & config.repair_tags)
+    closed = np.flatnonzero(batch.answer_closed & batch.fast)
+    if len(closed):
+        # ``reanalyze_repaired``'s shortcut: the last step is the answer, read to the end.
+        offsets = steps.offsets.to_numpy()
+        last = offsets[closed + 1] - 1
+        flat = steps.values
+        kinds = flat.field("kind").take(pa.array(np.maximum(last, 0))).to_pylist()
+        ends = flat.field("end").take(pa.array(np.maximum(last, 0))).to_numpy(
+            zero_copy_only=False)
+        lengths = pc.utf8_length(response.take(pa.array(closed))).to_numpy()
+        ok = ((offsets[closed + 1] > offsets[closed]) & (np.array(kinds) == "answer")
+              & (ends == lengths))
+        batch.fast[closed[~ok]] = False
+        batch.answer_closed[closed[~ok]] = False
+    batch.answer_closed &= batch.fast
+    return batch
+
+
+def _kept_steps(steps: pa.ListArray | None, kept: list[int],
+                python_steps: dict[int, list[dict[str, Any]]], answer_closed: list[int]
+                ) -> pd.Series:
+    """The kept rows' steps as the steps column: taken in Arrow, the rows re-cut in Python
+    replaced, and the answers closed at the end read past their ``</answer>``."""
+    if steps is None:
+        return as_steps_column(pd.Series([python_steps.get(p, []) for p in range(len(kept))]))
+    index = np.array(kept, np.int64)
+    if python_steps:
+        base = len(steps)
+        extra = pa.array([python_steps[p] for p in sorted(python_steps)], STEPS_ARROW_TYPE)
+        steps = pa.concat_arrays([steps, extra])
+        for j, p in enumerate(sorted(python_steps)):
+            index[p] = base + j
+    taken = steps.take(pa.array(index))
+    if answer_closed:
+        offsets = taken.offsets.to_numpy()
+        flat = taken.flatten()
+        last = offsets[np.array(answer_closed) + 1] - 1 - offsets[0]
+        end = flat.field("end").to_numpy(zero_copy_only=False).copy()
+        end[last] += len(ANSWER_CLOSER)
+        fields = [flat.field(i) for i in range(flat.type.num_fields)]
+        fields[flat.type.get_field_index("end")] = pa.array(end, pa.int64())
+        values = pa.StructArray.from_arrays(fields, fields=list(STEP_ARROW_TYPE))
+        taken = pa.ListArray.from_arrays(pa.array(offsets - offsets[0], pa.int32()), values)
+    return pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array([taken])), copy=False)
 
 
 _REWRITTEN = frozenset({"raw_response", "steps", "extra", "expected_tools", "expected_calls"})
@@ -288,10 +451,12 @@ def _taken_strings(frame: pd.DataFrame, column: str, rows: list[int]) -> pd.Seri
 
 
 def _repaired_responses(response: pa.Array, kept: list[int],
-                        repaired: dict[int, tuple[str, str]]) -> pd.Series:
+                        repaired: dict[int, tuple[str, str]],
+                        answer_closed: list[int] | None = None) -> pd.Series:
     """The kept rows' responses (``response`` taken at ``kept``), those repaired replaced
-    (kept position -> (original, repaired text)), as the string column pandas makes from
-    the Python strings (``test_stage_digests``).
+    (kept position -> (original, repaired text)) and those at ``answer_closed`` (kept
+    positions) with ``</answer>`` appended, as the string column pandas makes from the
+    Python strings (``test_stage_digests``).
 
     The UTF-8 bytes are copied once, row by row (a batch has a few hundred rows), from the
     raw column's buffer: a repair that only appended to the original (closers at the end:
@@ -299,8 +464,10 @@ def _repaired_responses(response: pa.Array, kept: list[int],
     from Python. Taking, appending and replacing with Arrow kernels copied the text three
     times; converting the Python strings re-encoded all of it (#12.1).
     """
-    if len(kept) == len(response) and not repaired:
+    closed = frozenset(answer_closed or ())
+    if len(kept) == len(response) and not repaired and not closed:
         return pd.Series(pd.array(response, dtype=_STR))
+    closer = ANSWER_CLOSER.encode()
     if response.type != pa.large_string():
         response = response.cast(pa.large_string())
     first = response.offset
@@ -313,7 +480,11 @@ def _repaired_responses(response: pa.Array, kept: list[int],
     for position, row in enumerate(kept):
         start, end = bounds[row], bounds[row + 1]
         change = repaired.get(position)
-        if change is None:
+        if position in closed:
+            pieces.append(data[start:end])
+            pieces.append(closer)
+            size += end - start + len(closer)
+        elif change is None:
             pieces.append(data[start:end])
             size += end - start
         elif change[1].startswith(change[0]):
@@ -331,8 +502,86 @@ def _repaired_responses(response: pa.Array, kept: list[int],
     return pd.Series(pd.array(values, dtype=_STR))
 
 
-def clips_table(preprocessed: pd.DataFrame) -> pd.DataFrame:
-    """Clips of every trajectory; only the five columns they need are read."""
+def clips_table(preprocessed: pd.DataFrame, *, kernels: bool = True) -> pd.DataFrame:
+    """Clips of every trajectory; only the five columns they need are read.
+
+    The clips of a batch are cut in Arrow (``clips_arrow.clip_batch``) from the Arrow
+    ``steps`` column; a response it leaves to Python (``fast`` False) is cut by
+    ``segment_rows`` as before, and its clips put in its place (#12.1). ``kernels=False``
+    cuts every response with ``segment_rows`` (the tests' reference).
+    """
+    frame = with_arrow_steps(preprocessed)
+    n = len(frame)
+    steps = _steps_list_array(frame, n)
+    response = _arrow_strings(frame, "raw_response")
+    if response is None and n and "raw_response" in frame.columns:
+        texts = frame["raw_response"].tolist()
+        if all(isinstance(t, str) for t in texts):
+            response = pa.array(texts, pa.large_string())
+    if not kernels or steps is None or response is None or steps.null_count or n == 0:
+        return _clips_in_python(frame)
+    batch = clip_batch(response, steps)
+    python_rows: list[ClipRow] = []
+    python_owners: list[int] = []
+    for i in np.flatnonzero(~batch.fast).tolist():
+        clips = segment_rows(response[i].as_py(), _step_rows(steps[i].as_py()))
+        python_rows.extend(clips)
+        python_owners += [i] * len(clips)
+    if not len(batch.owner) and not python_rows:
+        return _clips_in_python(frame)
+    fields = list(Clip.model_fields)
+    python_columns = (list(zip(*python_rows, strict=True)) if python_rows
+                      else [() for _ in fields])
+    by_name = dict(zip(fields, python_columns, strict=True))
+    owners = np.concatenate([batch.owner, np.array(python_owners, np.int64)])
+    order = np.argsort(owners, kind="stable") if python_rows else None
+    take = pa.array(order) if order is not None else None
+
+    def strings(name: str, values: pa.Array) -> pd.Series:
+        if python_rows:
+            values = pa.concat_arrays([values.cast(pa.large_string()),
+                                       pa.array(by_name[name], pa.large_string())])
+        if take is not None:
+            values = values.take(take)
+        return pd.Series(pd.array(values, dtype=_STR))
+
+    def plain(name: str, values: np.ndarray | list[Any]) -> list[Any]:
+        merged = list(values.tolist() if isinstance(values, np.ndarray) else values)
+        merged += list(by_name[name])
+        return merged if order is None else [merged[j] for j in order.tolist()]
+
+    owner_list = owners[order].tolist() if order is not None else owners.tolist()
+    out: dict[str, object] = {}
+    for name in ("trajectory_id", "batch", "task_id"):
+        taken = _taken_strings(frame, name, owner_list)
+        if taken is None:
+            values = frame[name].tolist()
+            out[name] = [values[i] for i in owner_list]
+        else:
+            out[name] = taken
+    out.update({
+        "clip_index": plain("clip_index", batch.clip_index),
+        "tool_type": strings("tool_type", batch.tool_type),
+        "tool_name": plain("tool_name", batch.tool_name),
+        "start": plain("start", batch.start),
+        "end": plain("end", batch.end),
+        "content": strings("content", batch.content),
+        "thought": strings("thought", batch.thought),
+        "tool_call": strings("tool_call", batch.tool_call),
+        "action_input": strings("action_input", batch.action_input),
+        "result": strings("result", batch.result),
+        "has_answer": plain("has_answer", batch.has_answer),
+        "answer": strings("answer", batch.answer),
+        "step_start": plain("step_start", batch.step_start),
+        "step_end": plain("step_end", batch.step_end),
+        "human_label": plain("human_label", [None] * len(batch.owner)),
+    })
+    return pd.DataFrame(out, columns=CLIP_COLUMNS)
+
+
+def _clips_in_python(preprocessed: pd.DataFrame) -> pd.DataFrame:
+    """:func:`clips_table` by ``segment_rows`` alone (tables the batch kernels do not take:
+    no clips, no steps column, a response that is not a string)."""
     columns = ["trajectory_id", "batch", "task_id", "raw_response", "steps"]
     # Built column by column from one tuple per clip: a DataFrame from one dict per clip
     # cost three quarters of the stage (pyinstrument), a Clip model per clip a sixth.

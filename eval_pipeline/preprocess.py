@@ -373,6 +373,17 @@ def screen(text: str, steps: Sequence[StepRow], config: PreprocessConfig,
     calls = [s for s in steps if s["kind"] == "tool_call"]
     count = len(calls)
     duplicates = _row_duplicates(calls, registry)
+    reason, flags = decide(count, duplicates, config)
+    return Screening(text=text, steps=new_steps, kept=reason is None, removal_reason=reason,
+                     flags=flags, tool_call_count=count, duplicate_calls=duplicates,
+                     format_fixes=fixes,
+                     tag_analysis=_tag_counts(text, (s["kind"] for s in steps)))
+
+
+def decide(count: int, duplicates: Sequence[str], config: PreprocessConfig
+           ) -> tuple[str | None, list[str]]:
+    """The removal reason (None: kept) and flags of a response with ``count`` tool calls
+    and these consecutive duplicates: one place for ``screen`` and the batch kernels."""
     flags: list[str] = []
     reason: str | None = None
     if count > config.beta_threshold:
@@ -383,10 +394,7 @@ def screen(text: str, steps: Sequence[StepRow], config: PreprocessConfig,
         if config.duplicate_filter == "remove":
             reason = "duplicates"
         flags.append(f"duplicates: {len(duplicates)} consecutive identical call(s)")
-    return Screening(text=text, steps=new_steps, kept=reason is None, removal_reason=reason,
-                     flags=flags, tool_call_count=count, duplicate_calls=duplicates,
-                     format_fixes=fixes,
-                     tag_analysis=_tag_counts(text, (s["kind"] for s in steps)))
+    return reason, flags
 
 
 def preprocess_one(
@@ -425,12 +433,18 @@ def preprocess_one(
 
 
 def summarize(outcomes: Sequence[PreprocessOutcome | Screening]) -> PreprocessStats:
-    stats = PreprocessStats(total=len(outcomes))
+    """The statistics block's counts, added up in locals and validated once (a pydantic
+    attribute assignment per count and outcome was a twentieth of the stage)."""
+    valid = removed_frequency = removed_duplicates = 0
+    flagged_frequency = flagged_duplicates = format_issues_fixed = 0
     for o in outcomes:
-        stats.valid += o.kept
-        stats.removed_frequency += o.removal_reason == "frequency"
-        stats.removed_duplicates += o.removal_reason == "duplicates"
-        stats.flagged_frequency += o.kept and any(f.startswith("frequency") for f in o.flags)
-        stats.flagged_duplicates += o.kept and bool(o.duplicate_calls)
-        stats.format_issues_fixed += bool(o.format_fixes)
-    return stats
+        valid += o.kept
+        removed_frequency += o.removal_reason == "frequency"
+        removed_duplicates += o.removal_reason == "duplicates"
+        flagged_frequency += o.kept and any(f.startswith("frequency") for f in o.flags)
+        flagged_duplicates += o.kept and bool(o.duplicate_calls)
+        format_issues_fixed += bool(o.format_fixes)
+    return PreprocessStats(
+        total=len(outcomes), valid=valid, removed_frequency=removed_frequency,
+        removed_duplicates=removed_duplicates, flagged_frequency=flagged_frequency,
+        flagged_duplicates=flagged_duplicates, format_issues_fixed=format_issues_fixed)
