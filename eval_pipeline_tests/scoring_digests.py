@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 import json
 import sys
 from pathlib import Path
@@ -40,6 +39,7 @@ from eval_pipeline.routing import routing_table
 from eval_pipeline.rubrics import REACT_EVALUATIONS
 from eval_pipeline.scoring import average_judgments, summarize_trajectories
 from eval_pipeline.tool_registry import default_registry
+from eval_pipeline_tests import parquet_io
 from eval_pipeline_tests.stage_digests import SAMPLES, digest_table
 
 HERE = Path(__file__).resolve().parent
@@ -72,10 +72,7 @@ MODEL = "heuristic_heuristic-v1"
 
 def _parquet(table: pd.DataFrame) -> pd.DataFrame:
     """The table as the IO manager hands it to the next asset (written, read back)."""
-    buffer = io.BytesIO()
-    table.to_parquet(buffer, index=False)
-    buffer.seek(0)
-    return pd.read_parquet(buffer)
+    return parquet_io.round_trip(table)
 
 
 def _derived(table: pd.DataFrame, factor: float, fail_every: int, flip_every: int,

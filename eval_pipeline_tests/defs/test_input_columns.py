@@ -17,6 +17,7 @@ from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.runner import run_judge
 from eval_pipeline.preprocess import PreprocessConfig
 from eval_pipeline.tool_registry import default_registry
+from eval_pipeline_tests import parquet_io
 
 
 def _check(path: Path, tmp_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -25,13 +26,12 @@ def _check(path: Path, tmp_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     sample.write_text("\n".join(lines) + "\n", "utf-8")
     raw, _q = ingest.read_batch(sample, None, "b")
     kept, _r, _s = ingest.preprocess_batch(raw, PreprocessConfig(), default_registry())
-    kept.to_parquet(tmp_path / "kept.parquet", index=False)  # as the assets read it
-    kept = pd.read_parquet(tmp_path / "kept.parquet")
+    parquet_io.write(kept, tmp_path / "kept.parquet")  # as the assets read it
+    kept = parquet_io.read(tmp_path / "kept.parquet")
     clips = ingest.clips_table(kept)
 
     def columns(names: list[str]) -> pd.DataFrame:
-        return pd.read_parquet(tmp_path / "kept.parquet",
-                               columns=[c for c in names if c in kept.columns])
+        return parquet_io.read(tmp_path / "kept.parquet", names)
 
     tasks = ingest.clip_tasks(clips, kept)
     assert ingest.clip_tasks(clips, columns(TASK_COLUMNS)) == tasks

@@ -20,8 +20,11 @@ from eval_pipeline.tool_registry import default_registry
 
 
 def frame_preview(df: pd.DataFrame, columns: list[str] | None = None) -> str:
-    """The preview as it was rendered before (through DataFrame.map and to_markdown)."""
+    """The preview as it was rendered before (through DataFrame.map and to_markdown), when
+    ``steps`` held Python lists (DataFrame.map renders an Arrow list column otherwise)."""
     shown = df[[c for c in (columns or df.columns) if c in df.columns]].head(PREVIEW_ROWS)
+    shown = shown.assign(**{c: pd.Series(shown[c].tolist(), index=shown.index, dtype=object)
+                            for c in shown.columns if isinstance(shown[c].dtype, pd.ArrowDtype)})
     shown = shown.map(lambda v: (str(v)[:PREVIEW_CHARS] + "...") if isinstance(v, str)
                       and len(v) > PREVIEW_CHARS else v)
     if shown.empty:

@@ -4,7 +4,6 @@ the nested steps each consumer had converted to Python objects), and summarizes 
 from __future__ import annotations
 
 import asyncio
-import io
 from pathlib import Path
 
 import pandas as pd
@@ -20,17 +19,13 @@ from eval_pipeline.routing import routing_table
 from eval_pipeline.scoring import average_judgments, summarize_trajectories
 from eval_pipeline.scoring.summaries import TRAJECTORY_COLUMNS
 from eval_pipeline.tool_registry import default_registry
+from eval_pipeline_tests import parquet_io
 from eval_pipeline_tests.scoring_digests import CORPORA_FILES, inputs
 
 
 def _read(table: pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:
     """What the IO manager serves: the table through Parquet, only ``columns`` present."""
-    buffer = io.BytesIO()
-    table.to_parquet(buffer, index=False)
-    buffer.seek(0)
-    if columns is None:
-        return pd.read_parquet(buffer)
-    return pd.read_parquet(buffer, columns=[c for c in columns if c in table.columns])
+    return parquet_io.round_trip(table, columns)
 
 
 def _same_summaries(path: Path) -> None:

@@ -16,6 +16,7 @@ from eval_pipeline.preprocess import PreprocessConfig
 from eval_pipeline.routing import routing_table
 from eval_pipeline.scoring import average_judgments, summarize_trajectories
 from eval_pipeline.tool_registry import default_registry
+from eval_pipeline_tests import parquet_io
 from eval_pipeline_tests.judges.helpers import run
 
 ASSETS = ("raw_trajectories", "quarantine", "preprocessed_trajectories", "preprocess_report",
@@ -53,4 +54,4 @@ def write_batch(assets: Path, batch: str, path: Path, judges: Sequence[JudgeConf
     for name, table in tables.items():
         target = assets / name / f"{batch}.parquet"
         target.parent.mkdir(parents=True, exist_ok=True)
-        table.to_parquet(target, index=False)
+        parquet_io.write(table, target)
