@@ -58,6 +58,8 @@ from sqlalchemy import event as sqlalchemy_event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
+from eval_pipeline.defs.pipeline.event_serdes import serialize_event
+
 if TYPE_CHECKING:
     from dagster._core.instance import DagsterInstance
 
@@ -158,6 +160,30 @@ class FastSqliteEventLogStorage(SqliteEventLogStorage):
         if run_id:
             with contextlib.suppress(OSError):
                 os.utime(self.path_for_shard(run_id))
+
+    def _event_to_row(self, event: EventLogEntry) -> dict[str, Any]:
+        """The row Dagster's storage writes for ``event`` (the same columns and values),
+        the event serialized by :func:`serialize_event`: the same text, each table schema
+        packed once per process instead of once per event (#12.4)."""
+        dagster_event_type = asset_key = partition = None
+        step_key = event.step_key
+        if event.is_dagster_event:
+            dagster_event = event.get_dagster_event()
+            dagster_event_type = dagster_event.event_type_value
+            step_key = dagster_event.step_key
+            if dagster_event.asset_key:
+                asset_key = dagster_event.asset_key.to_string()
+            if dagster_event.partition:
+                partition = dagster_event.partition
+        return {
+            "run_id": event.run_id,
+            "event": serialize_event(event),
+            "dagster_event_type": dagster_event_type,
+            "timestamp": self._event_insert_timestamp(event),
+            "step_key": step_key,
+            "asset_key": asset_key,
+            "partition": partition,
+        }
 
     def store_event(self, event: EventLogEntry) -> None:
         """Stored as Dagster stores it, then the run's database file is touched."""
