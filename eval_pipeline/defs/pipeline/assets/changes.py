@@ -48,19 +48,38 @@ _PREFETCHED: ContextVar[Mapping[tuple[dg.AssetKey, str], dg.AssetMaterialization
                        | None] = ContextVar("eval_pipeline_latest_materializations", default=None)
 
 
+_RUN_RECORDS: dict[str, dict[int, dg.AssetMaterialization]] = {}
+"""The materializations :func:`prefetch` fetched in the current run, by storage id (one
+run's at a time): a run's later steps ask again for the same ones (each scoring step asks
+for the batches' raw_trajectories, which the run itself wrote), and deserializing them was
+a third of the metadata's CPU in a corpora run (#12.4). A stored event never changes, and a
+run's storage ids are not reused while it runs."""
+
+
 def prefetch(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey],
-             partitions: Sequence[str]
+             partitions: Sequence[str], run_id: str | None = None
              ) -> dict[tuple[dg.AssetKey, str], dg.AssetMaterialization | None]:
     """The latest materialization of each of ``keys`` x ``partitions`` in two queries per
-    key (each partition's latest storage id, then those records), not one per batch."""
+    key (each partition's latest storage id, then those records), not one per batch.
+    With ``run_id`` (the asking step's run), records this run fetched before are not
+    fetched again (:data:`_RUN_RECORDS`)."""
+    if run_id is not None and run_id not in _RUN_RECORDS:
+        _RUN_RECORDS.clear()
+        _RUN_RECORDS[run_id] = {}
+    known = _RUN_RECORDS.get(run_id, {}) if run_id is not None else {}
     found: dict[tuple[dg.AssetKey, str], dg.AssetMaterialization | None] = {}
     for key in keys:
         ids = instance.event_log_storage.get_latest_storage_id_by_partition(
             key, DagsterEventType.ASSET_MATERIALIZATION, set(partitions))
+        wanted = [i for i in ids.values() if i not in known]
         records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=key, storage_ids=list(ids.values())),
-            limit=len(ids)).records if ids else []
-        by_id = {r.storage_id: r.asset_materialization for r in records}
+            dg.AssetRecordsFilter(asset_key=key, storage_ids=wanted),
+            limit=len(wanted)).records if wanted else []
+        by_id: dict[int, dg.AssetMaterialization | None] = {
+            i: known[i] for i in ids.values() if i in known}
+        by_id.update({r.storage_id: r.asset_materialization for r in records})
+        if run_id is not None:
+            known.update({i: m for i, m in by_id.items() if m is not None})
         for partition in partitions:
             storage_id = ids.get(partition)
             found[(key, partition)] = by_id.get(storage_id) if storage_id else None
@@ -82,9 +101,9 @@ def using(found: Mapping[tuple[dg.AssetKey, str], dg.AssetMaterialization | None
 
 @contextmanager
 def prefetched(instance: dg.DagsterInstance, keys: Sequence[dg.AssetKey],
-               partitions: Sequence[str]) -> Iterator[None]:
+               partitions: Sequence[str], run_id: str | None = None) -> Iterator[None]:
     """:func:`prefetch` and :func:`using` in one block."""
-    with using(prefetch(instance, keys, partitions)):
+    with using(prefetch(instance, keys, partitions, run_id)):
         yield
 
 

@@ -190,7 +190,8 @@ def preprocessed_trajectories(
     totals: list[PreprocessStats] = []
     raw_key = dg.AssetKey("raw_trajectories")
     # What raw_trajectories recorded for each batch, in two queries for the run (#12.4).
-    ingested_by_batch = prefetch(context.instance, [raw_key], context.partition_keys)
+    ingested_by_batch = prefetch(context.instance, [raw_key], context.partition_keys,
+                                 context.run_id)
     for batch in context.partition_keys:
         raw = raw_trajectories[batch]
         kept, removed, stats = ingest.preprocess_batch(raw, config, registry)

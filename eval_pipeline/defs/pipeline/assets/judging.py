@@ -154,7 +154,7 @@ def build_judgments_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefinition
         every_task = [t for b in batches for t in tasks[b]]
         # The batches' latest materializations, in two queries per asset for the run (#12.4).
         known = prefetch(context.instance, [RAW_KEY, *(judgment_asset_key(c) for c in chosen)],
-                         batches)
+                         batches, context.run_id)
         with using(known):
             versions = {b: upstream_versions(context.instance, b, chosen) for b in batches}
         states: dict[str, object] = {}  # batch-mode judges: their provider batches
@@ -343,7 +343,8 @@ def build_averaged_scores_asset(configs: Sequence[JudgeConfig]) -> dg.AssetsDefi
         tables = {b: average_judgments({names[k]: v[b] for k, v in judgments.items()},
                                        pipeline.disagreement_threshold)
                   for b in context.partition_keys}
-        with prefetched(context.instance, [AVERAGED_KEY, RAW_KEY], context.partition_keys):
+        with prefetched(context.instance, [AVERAGED_KEY, RAW_KEY], context.partition_keys,
+                        context.run_id):
             metadata = {b: averaged_metadata(table, sorted(names.values()))
                         | averaged_changes(context.instance, b, table, configs)
                         for b, table in tables.items()}

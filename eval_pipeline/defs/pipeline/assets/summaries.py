@@ -64,7 +64,8 @@ def build_summary_assets(configs: Sequence[JudgeConfig]) -> list[dg.AssetsDefini
         tables = {b: summarize_trajectories(preprocessed_trajectories[b], clips[b],
                                             averaged_scores[b], names, routing_checks[b])
                   for b in context.partition_keys}
-        with prefetched(context.instance, [SUMMARIES_KEY, RAW_KEY], context.partition_keys):
+        with prefetched(context.instance, [SUMMARIES_KEY, RAW_KEY], context.partition_keys,
+                        context.run_id):
             metadata = {b: summary_metadata(table, names)
                         | summary_changes(context.instance, b, table, configs)
                         for b, table in tables.items()}
