@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -495,6 +496,10 @@ RUNS_PER_WORKER = 2
 """With several workers, at least this many runs per worker, dealt out as workers free up:
 how long a run takes is only roughly known beforehand, and a worker left with the last
 long run keeps the others idle; more runs cost more of each run's fixed set-up."""
+TAIL_SHARES = (0.5, 0.25)
+"""With several workers, the last two rounds of runs (one run per worker each) weigh half
+and a quarter of the others: the runs are dealt out heaviest first, so the light ones come
+last and fill in whichever worker frees up first (see :func:`plan_runs`)."""
 
 
 def _weight(sizes: Mapping[str, int], key: str) -> int:
@@ -505,12 +510,18 @@ def plan_runs(segments: Sequence[Sequence[str]], sizes: Mapping[str, int], worke
               limit: int) -> list[list[str]]:
     """The runs for batch files of ``sizes`` (bytes by key): each a stretch of one of the
     ``segments`` (contiguous batches, see ``batch_ranges``) holding at most ``limit`` bytes
-    (a larger batch alone), as few as that allows, as a multiple of ``workers`` runs where
-    a few more runs make one, and of about equal weight (:data:`BATCH_WEIGHT_BYTES`), so
-    the workers finish together.
+    (a larger batch alone), as few as that allows (one worker), or with several workers in
+    rounds of one run per worker (a multiple of ``workers`` runs where a few more runs make
+    one): rounds of about equal weight (:data:`BATCH_WEIGHT_BYTES`), then a round of half
+    and one of a quarter of that weight (:data:`TAIL_SHARES`), so the workers finish
+    together.
 
     Cutting by count on the mean batch size left the corpora's first run of four with 11.6
-    of its 17 MB (the cap was 8 MB): one worker did two thirds of the work."""
+    of its 17 MB (the cap was 8 MB): one worker did two thirds of the work. Runs of equal
+    weight still took 10.7 to 16.2 s on the corpora (a batch's cost is only roughly its
+    bytes), so the worker that drew the slower runs ran some 4 s alone at the end; runs
+    dealt out heaviest first with a light last round leave at most about a light run's time
+    (#12.4)."""
     keys = [k for segment in segments for k in segment]
     if not keys:
         return []
@@ -520,12 +531,64 @@ def plan_runs(segments: Sequence[Sequence[str]], sizes: Mapping[str, int], worke
     if workers > 1:
         count = max(count, RUNS_PER_WORKER * workers)
     total = sum(_weight(sizes, k) for k in keys)
+    if workers > 1:
+        rounds = count // workers
+        # the tail replaces the last full round where the count was not set by the byte cap
+        full = rounds - 1 if count == RUNS_PER_WORKER * workers else rounds
+        shares = [1.0] * (workers * full) + [s for s in TAIL_SHARES for _ in range(workers)]
+        return _cut_shares(segments, sizes, limit, shares)
     runs = _cut(segments, sizes, limit, total / count)
     for more in range(count + 1, count + 4 * workers):  # the cap's cuts may add odd runs
         if len(runs) % workers == 0:
             break
         runs = _cut(segments, sizes, limit, total / more)
     return runs
+
+
+def _cut_shares(segments: Sequence[Sequence[str]], sizes: Mapping[str, int], limit: int,
+                shares: Sequence[float]) -> list[list[str]]:
+    """The batches in order cut into runs of about ``shares`` of their whole weight, one
+    after the other: each batch goes to the share its weight's middle falls in. A run also
+    ends where a segment ends, and a share over ``limit`` bytes is cut into runs of about
+    equal weight within it, so the shares are kept in order whatever the cap cuts."""
+    weights = {k: _weight(sizes, k) for segment in segments for k in segment}
+    scale = sum(weights.values()) / sum(shares)
+    bounds = list(itertools.accumulate(share * scale for share in shares))
+    pieces: list[tuple[int, list[str]]] = []  # (segment, batches) of one share
+    done = 0.0
+    slot = 0
+    for number, segment in enumerate(segments):
+        current: list[str] = []
+        for key in segment:
+            middle = done + weights[key] / 2
+            place = next((i for i in range(slot, len(bounds)) if middle < bounds[i]),
+                         len(bounds) - 1)
+            if current and place != slot:
+                pieces.append((number, current))
+                current = []
+            current.append(key)
+            slot, done = place, done + weights[key]
+        if current:
+            pieces.append((number, current))
+    runs: list[tuple[int, list[str]]] = []
+    for number, piece in pieces:
+        over = -(-sum(sizes.get(k, 0) for k in piece) // max(1, limit))
+        if over <= 1:
+            runs.append((number, piece))
+            continue
+        target = sum(weights[k] for k in piece) / over
+        runs.extend((number, run) for run in _cut([piece], sizes, limit, target))
+    # A scrap the cap left of a share (its set-up would cost more than it balances) goes
+    # with the next run, within the cap.
+    small = min(shares) * scale / 2
+    merged: list[tuple[int, list[str]]] = []
+    for number, run in reversed(runs):
+        if merged and merged[-1][0] == number and sum(weights[k] for k in run) < small \
+                and sum(sizes.get(k, 0) for k in [*run, *merged[-1][1]]) <= limit:
+            merged[-1] = (number, [*run, *merged[-1][1]])
+        else:
+            merged.append((number, run))
+    return [run for _number, run in reversed(merged)]
 
 
 def _cut(segments: Sequence[Sequence[str]], sizes: Mapping[str, int], limit: int,
