@@ -180,6 +180,11 @@ def _index_rows(home: Path) -> dict[str, list[tuple]]:
             "event_logs": sorted(db.execute(
                 "select dagster_event_type, asset_key, partition from event_logs")),
             "tags": sorted(db.execute("select asset_key, key, value from asset_event_tags")),
+            # each tag on its own event's row (the ids a batch insert returns, in order)
+            "tagged_events": sorted(db.execute(
+                "select e.partition, e.dagster_event_type, t.key, t.value, "
+                "t.event_timestamp = e.timestamp from asset_event_tags t "
+                "join event_logs e on e.id = t.event_id")),
             "asset_keys": sorted(db.execute(
                 "select asset_key, last_materialization is not null, last_run_id is not null,"
                 " last_materialization_timestamp is not null from asset_keys")),
@@ -239,6 +244,8 @@ def test_a_batch_of_asset_events_is_stored_as_dagster_stores_them_one_by_one(
     rows, seen, batches = _run_tables(tmp_path / "batched", monkeypatch, "1000")
     assert one_batches == [] and sorted(batches) == [4, 5]  # 4 materializations; 4 + 1 plans
     assert rows == one_rows
+    assert {row[0] for row in rows["tagged_events"]} == set("abcd")  # every batch's tags
+    assert all(row[-1] for row in rows["tagged_events"])  # on their own events
     assert seen == one_seen
     assert seen["last_partition"] in set("abcd") and seen["last_run_is_the_run"]
     assert set(seen["materialized"]) == set("abcd")  # type: ignore[call-overload]
