@@ -168,3 +168,39 @@ def test_an_object_store_index_is_trusted_without_file_checks() -> None:
                  files)
     found = read_index(base / "_index", INDEXER, ["b1", "b2"], files)
     assert found.answered == {"b1"} and found.stale == ["b2"]
+
+
+def test_stamped_rows_are_the_concat_of_each_partitions_stamped_rows() -> None:
+    """#12.4: a run's index rows built in one concat equal the concat of each partition's
+    stamped rows (empty ones left out unless all are), also with columns that differ
+    between partitions and partitions without a file identity."""
+    import numpy as np
+    import pandas as pd
+
+    from eval_pipeline.defs.pipeline.partition_index import _stamped, _with_stamp
+    from eval_pipeline.defs.pipeline.table_cache import FileStamp
+
+    def expected(frames, stamps):
+        parts = [_with_stamp(f, p, stamps[p]) for p, f in frames]
+        kept = [p for p in parts if len(p)] or parts[:1]
+        return pd.concat(kept, ignore_index=True) if len(kept) > 1 else kept[0]
+
+    a = pd.DataFrame({"x": [1.5, np.nan], "y": ["u", None], "z": [True, False]})
+    b = pd.DataFrame({"x": [2.0], "y": ["v"], "z": [None]})
+    extra = pd.DataFrame({"w": [7], "x": [3.0]})
+    empty = a.iloc[0:0]
+    stamps = {"p1": FileStamp(10, 20, 30), "p2": None, "p3": FileStamp(1, 2, 3),
+              "p4": FileStamp(4, 5, 6)}
+    cases = [
+        [("p1", a), ("p2", b), ("p3", a)],
+        [("p1", a), ("p2", empty), ("p3", b)],
+        [("p1", empty), ("p2", empty)],
+        [("p1", a), ("p2", extra), ("p3", b)],
+        [("p1", empty), ("p2", b)],
+        [("p4", b)],
+    ]
+    for frames in cases:
+        got = _stamped(frames, stamps)
+        assert got is not None
+        pd.testing.assert_frame_equal(got, expected(frames, stamps), check_exact=True)
+    assert _stamped([], stamps) is None

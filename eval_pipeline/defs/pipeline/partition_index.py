@@ -40,6 +40,8 @@ FILE_SIZE = "_file_size"
 FILE_MTIME = "_file_mtime_ns"
 FILE_INODE = "_file_inode"
 _BOOKKEEPING = (PARTITION, FILE_SIZE, FILE_MTIME, FILE_INODE)
+_PARTITION_DTYPE = pd.DataFrame({PARTITION: ["x"]})[PARTITION].dtype
+"""What a partition name inserted as a scalar column becomes (pandas' default strings)."""
 
 
 @dataclass(frozen=True)
@@ -157,15 +159,43 @@ def update_index(index_dir: UPath, indexer: PartitionIndexer,
                    if p in files and (_local(files[p]) is None or _stamp(files[p]) == stamp)}
         for name in indexer.tables:
             path = table_path(index_dir, name)
-            parts = [_with_stamp(tables[name], p, current[p])
-                     for p, tables in derived.items() if p in current and name in tables]
+            new = _stamped([(p, tables[name]) for p, tables in derived.items()
+                            if p in current and name in tables], current)
+            parts = [] if new is None else [new]
             old = _read(path)
             if old is not None:
                 parts.insert(0, old[~old[PARTITION].isin(list(derived))])
             kept = [p for p in parts if len(p)] or parts[:1]
             if not kept:
                 continue
-            _write(path, pd.concat(kept, ignore_index=True))
+            _write(path, pd.concat(kept, ignore_index=True) if len(kept) > 1 else kept[0])
+
+
+def _stamped(frames: Sequence[tuple[str, pd.DataFrame]],
+             stamps: Mapping[str, FileStamp | None]) -> pd.DataFrame | None:
+    """``pd.concat`` of each partition's rows with its partition and file identity
+    (:func:`_with_stamp`), empty ones left out unless all are, as one concat and a column
+    each instead of four frame operations per partition (the index update of a run was a
+    tenth of its writes, #12.4): the same frame (``test_partition_index.py``)."""
+    if len(frames) <= 1:
+        return _with_stamp(frames[0][1], frames[0][0], stamps[frames[0][0]]) if frames \
+            else None
+    used = [(p, f) for p, f in frames if len(f)] or list(frames[:1])
+    if len(used) == 1:
+        return _with_stamp(used[0][1], used[0][0], stamps[used[0][0]])
+    order = dict.fromkeys([PARTITION])  # the columns in the order concat of stamped gives
+    for _p, frame in used:
+        order.update(dict.fromkeys([*frame.columns, FILE_SIZE, FILE_MTIME, FILE_INODE]))
+    table = pd.concat([f for _p, f in used], ignore_index=True)
+    lengths = [len(f) for _p, f in used]
+    found = [stamps[p] for p, _f in used]
+    table.insert(0, PARTITION, pd.Series(np.repeat(np.array([p for p, _f in used], dtype=object),
+                                                   lengths).tolist(), dtype=_PARTITION_DTYPE))
+    for column, value in ((FILE_SIZE, lambda s: s.size), (FILE_MTIME, lambda s: s.mtime_ns),
+                          (FILE_INODE, lambda s: s.inode)):
+        table[column] = np.repeat(np.array([value(s) if s else -1 for s in found],
+                                           dtype=np.int64), lengths)
+    return table[list(order)]
 
 
 def _stamps(table: pd.DataFrame) -> dict[str, FileStamp]:
