@@ -8,7 +8,9 @@ metadata and lineage show up in ``dagster dev``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import hashlib
 import itertools
 import json
@@ -18,7 +20,7 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -263,16 +265,41 @@ def _run_batches_in_worker(spec: BatchRunSpec, runs: list[list[str]], plan: bool
     shown = progress.current()  # in a worker process: the parent's, through a queue
     if plan:
         shown.batches(planned=sum(len(batches) for batches in runs))
-    with dg.DagsterInstance.get() as instance:
+    with dg.DagsterInstance.get() as instance, full_collections_between_runs():
         for batches in runs:
             label = batches[0] if len(batches) == 1 else f"{batches[0]}...{batches[-1]}"
             shown.note(f"evaluating {len(batches)} batch(es) {label}")
             error = _execute(job, instance, spec.run_config, batches)
+            gc.collect()  # the run's cyclic garbage, once (see full_collections_between_runs)
             if error:
                 return label, error
             shown.batches(done=len(batches))
     shown.close()
     return None
+
+
+NO_AUTOMATIC_FULL_COLLECTIONS = 1_000_000
+"""The collector's third threshold during the CLI's runs: no automatic full collection."""
+
+
+@contextlib.contextmanager
+def full_collections_between_runs() -> Iterator[None]:
+    """Python's collector makes no full (oldest generation) collection of its own in the
+    block; the caller collects once after each run instead.
+
+    A run over a hundred batches keeps many objects alive (the run's tables in the table
+    cache, with the nested steps as Python objects; Dagster's events), and each automatic
+    full collection walks all of them: 20 to 25 in a one-process corpora run, 7 s of CPU
+    under load, 0.3 s each, while the young collections (which go on as before) found
+    nearly all of the garbage. One full collection per run keeps what a run leaves behind
+    from piling up across runs (peak RSS of a one-process corpora run: 824 MiB without any,
+    852 MiB measured before, #12.4). The thresholds are restored after the block."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(thresholds[0], thresholds[1], NO_AUTOMATIC_FULL_COLLECTIONS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
 
 
 _built: list[tuple[BatchRunSpec, Any]] = []

@@ -267,3 +267,34 @@ def test_a_failed_run_in_a_worker_is_reported_and_no_further_run_starts(
     assert failed and all(label in keys and "no batch file" in error
                           for label, error in failed)
     assert len(failures) < len(keys)  # the runs not started were not started
+
+
+def test_no_automatic_full_collection_during_runs_one_after_each(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python's collector makes no full collection of its own while the runs execute; one
+    is made after each run (also a failed one), and the thresholds come back after."""
+    import gc
+
+    from eval_pipeline.local_run import (
+        NO_AUTOMATIC_FULL_COLLECTIONS,
+        BatchRunSpec,
+        _run_batches_in_worker,
+    )
+
+    seen: list[tuple[str, object]] = []
+    monkeypatch.setattr(local_run, "_job", lambda spec: "job")
+
+    def execute(job, instance, run_config, batches):
+        seen.append(("run", gc.get_threshold()[2]))
+        return "broken" if batches == ["c"] else None
+
+    monkeypatch.setattr(local_run, "_execute", execute)
+    monkeypatch.setattr(local_run.gc, "collect", lambda *a: seen.append(("collect", a)) or 0)
+    before = gc.get_threshold()
+    spec = BatchRunSpec((HEURISTIC,), {}, str(tmp_path / "assets"), "WARNING")
+    assert _run_batches_in_worker(spec, [["a"], ["b"]]) is None
+    assert _run_batches_in_worker(spec, [["c"], ["d"]]) == ("c", "broken")
+    assert seen == [("run", NO_AUTOMATIC_FULL_COLLECTIONS), ("collect", ()),
+                    ("run", NO_AUTOMATIC_FULL_COLLECTIONS), ("collect", ()),
+                    ("run", NO_AUTOMATIC_FULL_COLLECTIONS), ("collect", ())]
+    assert gc.get_threshold() == before
