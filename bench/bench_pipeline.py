@@ -496,10 +496,13 @@ def orchestration_section(inputs: Path, codes: list[Path], rounds: int,
     kinds = ["stages", "writes", "loads", "events", "metadata"]
     print("\nCPU seconds inside the runs by kind of work (graph_cpu.py, one worker; 'stages': "
           "the stage functions the assets call, the agreement tables too; 'rest': Dagster's "
-          "step machinery and the assets' glue)")
+          "step machinery and the assets' glue; 'gc': Python's garbage collections in the "
+          "process, also counted in the kinds they interrupted, and how many were full)")
     print(tabulate([[str(c), *(f"{median((c, 1), k):.1f}" for k in kinds),
-                     f"{median((c, 1), 'graph') - sum(median((c, 1), k) for k in kinds):.1f}"]
-                    for c in codes if 1 in workers], headers=["CLI from", *kinds, "rest"]))
+                     f"{median((c, 1), 'graph') - sum(median((c, 1), k) for k in kinds):.1f}",
+                     f"{median((c, 1), 'gc'):.1f} ({median((c, 1), 'gc_full'):.0f} full)"]
+                    for c in codes if 1 in workers],
+                   headers=["CLI from", *kinds, "rest", "gc"]))
     demo = CORPORA / "dataeva" / "demo02.jsonl"
     if not demo.exists() or rounds < 1:
         return

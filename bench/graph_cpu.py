@@ -15,7 +15,9 @@ shared machine) spent inside each kind of work, each counted once however deeply
 - ``stages``: the stage functions the assets call (parse, preprocess, clips, routing, the
   judge, judgment table, averaging, summaries, agreement).
 
-``graph`` minus the others is the assets' own glue and Dagster's step machinery.
+``graph`` minus the others is the assets' own glue and Dagster's step machinery. ``gc``:
+the CPU of Python's garbage collections in this process (all of them, wherever they ran;
+they are also inside the categories above), ``gc_full`` the number of full collections.
 
 With ``--workers=N`` (N > 1) the runs execute in N spawned processes (the CLI's ``workers``),
 where these wrappers do not reach: then only ``cli_cpu`` (this process) and
@@ -94,6 +96,15 @@ DETAIL: dict[str, list[str]] = {
 """With ``--detail``: parts of the categories above, each counted on its own."""
 
 totals: dict[str, float] = defaultdict(float)
+_gc: dict[str, float] = {"gc": 0.0, "gc_full": 0, "started": 0.0}
+
+
+def _collection(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start":
+        _gc["started"] = time.process_time()
+        return
+    _gc["gc"] += time.process_time() - _gc["started"]
+    _gc["gc_full"] += info["generation"] == 2
 depth: dict[str, int] = defaultdict(int)
 
 
@@ -160,6 +171,9 @@ def main() -> None:
 
         local_run.export_run = no_exports  # type: ignore[assignment]
     missing = patch(detail="--detail" in sys.argv)
+    import gc
+
+    gc.callbacks.append(_collection)
     start, wall = time.process_time(), time.perf_counter()
     run_pipeline(source, out, [JudgeConfig(name="heuristic")], split_size=10,
                  store=home / "store", workers=workers)
@@ -167,6 +181,7 @@ def main() -> None:
     print(json.dumps({"cli_cpu": time.process_time() - start,
                       "cli_wall": time.perf_counter() - wall, **totals,
                       "children_cpu": children.ru_utime + children.ru_stime,
+                      "gc": _gc["gc"], "gc_full": _gc["gc_full"],
                       "not_found": missing}))
 
 
