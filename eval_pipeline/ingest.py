@@ -294,7 +294,7 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
         out["raw_response"] = _repaired_responses(response, kept_idx, repaired_texts,
                                                   answer_closed)
     out.update(extra_columns)
-    return (pd.DataFrame(out, columns=fields + PREPROCESSED_EXTRA), removed,
+    return (_columns_frame(out, fields + PREPROCESSED_EXTRA), removed,
             summarize(outcomes))
 
 
@@ -424,6 +424,14 @@ _REWRITTEN = frozenset({"raw_response", "steps", "extra", "expected_tools", "exp
 
 _STR = pd.StringDtype(storage="pyarrow", na_value=float("nan"))
 """pandas' default string dtype, which a column of Python strings gets."""
+
+
+def _columns_frame(columns: dict[str, Any], names: list[str]) -> pd.DataFrame:
+    """``pd.DataFrame(columns, columns=names)`` for columns of one length with the default
+    index: Series are handed over as their arrays, so pandas does not align their indexes
+    (a union and a reindex per column: half of clipping a small batch, #12.4)."""
+    return pd.DataFrame({name: (value.array if isinstance(value, pd.Series) else value)
+                         for name, value in columns.items()}, columns=names)
 
 
 def _arrow_strings(frame: pd.DataFrame, column: str, nulls: bool = False) -> pa.Array | None:
@@ -576,7 +584,7 @@ def clips_table(preprocessed: pd.DataFrame, *, kernels: bool = True) -> pd.DataF
         "step_end": plain("step_end", batch.step_end),
         "human_label": plain("human_label", [None] * len(batch.owner)),
     })
-    return pd.DataFrame(out, columns=CLIP_COLUMNS)
+    return _columns_frame(out, CLIP_COLUMNS)
 
 
 def _clips_in_python(preprocessed: pd.DataFrame) -> pd.DataFrame:
@@ -604,7 +612,7 @@ def _clips_in_python(preprocessed: pd.DataFrame) -> pd.DataFrame:
     columns_of_clips = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
     out.update({name: list(column)
                 for name, column in zip(fields, columns_of_clips, strict=True)})
-    return pd.DataFrame(out, columns=CLIP_COLUMNS)
+    return _columns_frame(out, CLIP_COLUMNS)
 
 
 def _none_if_na(value: object) -> object:
