@@ -61,7 +61,7 @@ def _both_ways(raw: pd.DataFrame, config: PreprocessConfig | None = None) -> Non
     assert stats == ref_stats
     if len(kept):
         assert kept["steps"].dtype == STEPS_DTYPE
-    clips = ingest.clips_table(kept)
+    clips = ingest.clips_table(kept, kernels=True)
     assert _columns(clips) == _columns(ingest.clips_table(kept, kernels=False))
 
 
@@ -214,3 +214,26 @@ def test_char_to_byte_matches_python() -> None:
     empty = pa.array(["", ""], pa.large_string())
     data, offsets = utf8_bytes(empty)
     assert _char_to_byte(data, offsets, np.array([0, 1]), np.array([0, 0])).tolist() == [0, 0]
+
+
+def test_small_batches_are_clipped_in_python_and_large_ones_by_the_kernels(
+        project_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default picks the way by the batch's size; both give the same clips."""
+    raw = _raw(project_root / "data" / "incoming" / "sample_agent_runs.jsonl")
+    kept, _removed, _stats = ingest.preprocess_batch(raw, PreprocessConfig(),
+                                                     default_registry())
+    calls: list[int] = []
+    kernel = ingest.clip_batch
+    monkeypatch.setattr(ingest, "clip_batch",
+                        lambda response, steps: calls.append(len(response)) or
+                        kernel(response, steps))
+    small = kept.head(ingest.CLIP_KERNEL_MIN_ROWS - 1).reset_index(drop=True)
+    assert len(small) < ingest.CLIP_KERNEL_MIN_ROWS
+    small_clips = ingest.clips_table(small)
+    assert calls == []
+    large = pd.concat([kept] * (ingest.CLIP_KERNEL_MIN_ROWS // len(kept) + 1),
+                      ignore_index=True)
+    large_clips = ingest.clips_table(large)
+    assert calls == [len(large)]
+    assert _columns(small_clips) == _columns(ingest.clips_table(small, kernels=True))
+    assert _columns(large_clips) == _columns(ingest.clips_table(large, kernels=False))
