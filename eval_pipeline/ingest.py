@@ -510,6 +510,20 @@ def _repaired_responses(response: pa.Array, kept: list[int],
     return pd.Series(pd.array(values, dtype=_STR))
 
 
+def _clip_ids(frame: pd.DataFrame, owners: list[int]) -> dict[str, object]:
+    """The trajectory's ids repeated for each of its clips (``owners``: each clip's row),
+    taken in Arrow where they are strings."""
+    out: dict[str, object] = {}
+    for name in ("trajectory_id", "batch", "task_id"):
+        taken = _taken_strings(frame, name, owners)
+        if taken is None:
+            values = frame[name].tolist()
+            out[name] = [values[i] for i in owners]
+        else:
+            out[name] = taken
+    return out
+
+
 CLIP_KERNEL_MIN_ROWS = 32
 """Batches of fewer trajectories are clipped by ``segment_rows``: the kernels' few dozen
 Arrow and numpy calls per batch cost more than they save on a handful of rows (corpora
@@ -570,14 +584,7 @@ def clips_table(preprocessed: pd.DataFrame, *, kernels: bool | None = None) -> p
         return merged if order is None else [merged[j] for j in order.tolist()]
 
     owner_list = owners[order].tolist() if order is not None else owners.tolist()
-    out: dict[str, object] = {}
-    for name in ("trajectory_id", "batch", "task_id"):
-        taken = _taken_strings(frame, name, owner_list)
-        if taken is None:
-            values = frame[name].tolist()
-            out[name] = [values[i] for i in owner_list]
-        else:
-            out[name] = taken
+    out: dict[str, object] = _clip_ids(frame, owner_list)
     out.update({
         "clip_index": plain("clip_index", batch.clip_index),
         "tool_type": strings("tool_type", batch.tool_type),
@@ -611,14 +618,7 @@ def _clips_in_python(preprocessed: pd.DataFrame) -> pd.DataFrame:
         clips = segment_rows(text, _step_rows(steps))
         rows.extend(clips)
         owners += [i] * len(clips)
-    out: dict[str, object] = {}
-    for name in columns[:3]:  # the trajectory's ids, repeated per clip in Arrow if strings
-        taken = _taken_strings(preprocessed, name, owners)
-        if taken is None:
-            values = preprocessed[name].tolist()
-            out[name] = [values[i] for i in owners]
-        else:
-            out[name] = taken
+    out: dict[str, object] = _clip_ids(preprocessed, owners)
     fields = list(Clip.model_fields)
     columns_of_clips = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
     out.update({name: list(column)
