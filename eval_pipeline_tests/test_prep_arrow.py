@@ -38,6 +38,9 @@ from eval_pipeline.preprocess_arrow import (
 )
 from eval_pipeline.steps_column import STEPS_DTYPE, with_arrow_steps
 from eval_pipeline.tool_registry import default_registry
+from eval_pipeline_tests.tagscan_modes import scan_mode  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("scan_mode")  # with the C kernel and without
 
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "incoming"
 XML_CORPORA = ("agent_data_platform", "dataeva")

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from eval_pipeline_tests.stage_digests import EXPECTED, inputs, stage_digests
+from eval_pipeline_tests.tagscan_modes import scan_mode  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("scan_mode")  # with the C kernel and without
 
 _EXPECTED = json.loads(EXPECTED.read_text("utf-8"))
 

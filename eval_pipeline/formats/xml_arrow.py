@@ -67,6 +67,7 @@ from eval_pipeline.formats.xml_tags import (
 )
 from eval_pipeline.models import GENERIC_TOOL_TYPE, STEP_ARROW_TYPE, ParseResult
 from eval_pipeline.steps_column import steps_array
+from eval_pipeline.tagscan import kernel
 from eval_pipeline.tool_registry import ToolRegistry
 
 _WINDOW = 32
@@ -178,6 +179,12 @@ def _trim(buf: np.ndarray, start: np.ndarray, end: np.ndarray
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``[start, end)`` byte ranges with ASCII whitespace trimmed off both ends, and
     whether a trimmed edge may be non-ASCII whitespace (then Python must strip it)."""
+    compiled = kernel()
+    if compiled is not None:
+        got = compiled.trim(buf, np.ascontiguousarray(start, np.int64),
+                            np.ascontiguousarray(end, np.int64))
+        s, e, lead_end = (np.frombuffer(x, np.int64) for x in got[:3])
+        return s, e, _unsure_edges(buf, s, e, lead_end, np.frombuffer(got[3], np.bool_))
     s, e = start.copy(), end.copy()
     for _ in range(16):
         more = (s < e) & _ASCII_SPACE[buf[np.minimum(s, len(buf) - 1)]]
@@ -206,12 +213,19 @@ def _trim(buf: np.ndarray, start: np.ndarray, end: np.ndarray
         lead_end[back] -= 1
     suspect = filled & (_MAYBE_SPACE_LEAD[buf[np.minimum(s, len(buf) - 1)]]
                         | _MAYBE_SPACE_LEAD[buf[lead_end]])
+    return s, e, _unsure_edges(buf, s, e, lead_end, suspect)
+
+
+def _unsure_edges(buf: np.ndarray, s: np.ndarray, e: np.ndarray, lead_end: np.ndarray,
+                  suspect: np.ndarray) -> np.ndarray:
+    """Of the trimmed ranges whose first or last character may be non-ASCII whitespace
+    (``suspect``: its lead byte is one such characters have), those where it is."""
     unsure = np.zeros(len(s), dtype=bool)
     for i in np.flatnonzero(suspect):
         first = bytes(buf[s[i]:min(s[i] + 3, e[i])]).decode("utf-8", "ignore")[:1]
         last = bytes(buf[lead_end[i]:e[i]]).decode("utf-8", "ignore")
         unsure[i] = first.isspace() or last.isspace()
-    return s, e, unsure
+    return unsure
 
 
 def _depth_before(closing: np.ndarray, record: np.ndarray, n: int) -> np.ndarray:
@@ -236,7 +250,13 @@ def _depth_before(closing: np.ndarray, record: np.ndarray, n: int) -> np.ndarray
 def _continuation_before(data: pa.Buffer, points: np.ndarray, total: int) -> np.ndarray:
     """The UTF-8 continuation bytes in ``data[:p]`` for each point ``p`` (each at a
     character boundary): between neighbouring points, bytes less characters, the
-    characters counted by Arrow's ``utf8_length`` over a zero-copy array of the pieces."""
+    characters counted by Arrow's ``utf8_length`` over a zero-copy array of the pieces
+    (or by the C kernel in one pass, any order of points)."""
+    compiled = kernel()
+    if compiled is not None:
+        view = np.frombuffer(data, np.uint8)[:total]
+        return np.frombuffer(compiled.continuation_before(
+            view, np.ascontiguousarray(points, np.int64)), np.int64)
     cuts, inverse = np.unique(np.concatenate([[0], points, [total]]), return_inverse=True)
     pieces = pa.LargeStringArray.from_buffers(len(cuts) - 1, pa.py_buffer(cuts), data)
     chars = pc.utf8_length(pieces).to_numpy(zero_copy_only=False)
@@ -333,6 +353,87 @@ def _encode(texts: Sequence[str | None]) -> tuple[pa.LargeStringArray, np.ndarra
         return pa.array(strs, pa.large_string()), present
 
 
+@dataclass
+class _Candidates:
+    """Every ``<`` of a chunk that may open a tag (followed by a letter, ``_``, ``/`` or a
+    non-ASCII byte), one entry each, in position order."""
+
+    lt: np.ndarray
+    """Its byte position."""
+    rec: np.ndarray
+    """Its record."""
+    closing: np.ndarray
+    """``</``."""
+    taglike: np.ndarray
+    """Followed by a letter, ``_`` or ``/`` (not a non-ASCII byte)."""
+    run: np.ndarray
+    """Name bytes (``[A-Za-z0-9_.-]``) after it, at most ``_WINDOW``."""
+    term: np.ndarray
+    """The byte after those (0 past the end)."""
+    exact_id: np.ndarray
+    """The known name it opens or closes spelt exactly (``<think>``), else -1."""
+    loose: np.ndarray
+    """A known name in another spelling, or a non-ASCII byte where a name starts or ends:
+    Python's case-insensitive regex may read it as a tag."""
+    name_hash: np.ndarray
+    """Equal for equal lower-cased names (a sort key; equality is checked where it counts
+    by a Python fallback, so a collision only sends a record to Python)."""
+    self_closing: np.ndarray
+    """``execute_tools />`` or ``execute_tools/>`` follows."""
+
+
+def _candidates(buf: np.ndarray, total: int, offsets: np.ndarray, names: _Names
+                ) -> _Candidates:
+    """The chunk's candidate tags: by the C kernel in one pass over the buffer when it is
+    built (:mod:`eval_pipeline.tagscan`), else with numpy (the same arrays)."""
+    compiled = kernel()
+    if compiled is not None:
+        encoded_names = tuple(name.encode() for name in names.names)
+        (lt, rec, closing, taglike, run, term, exact_id, loose, name_hash,
+         self_closing) = compiled.xml_scan(buf, total, offsets, encoded_names)
+        return _Candidates(
+            np.frombuffer(lt, np.int64), np.frombuffer(rec, np.int64),
+            np.frombuffer(closing, np.bool_), np.frombuffer(taglike, np.bool_),
+            np.frombuffer(run, np.int64), np.frombuffer(term, np.uint8),
+            np.frombuffer(exact_id, np.int64), np.frombuffer(loose, np.bool_),
+            np.frombuffer(name_hash, np.uint64), np.frombuffer(self_closing, np.bool_))
+
+    def byte_at(at: np.ndarray) -> np.ndarray:
+        """The bytes at ``at``, 0 past the end (no padded copy of the buffer)."""
+        got = buf.take(at, mode="clip")
+        got[at >= total] = 0
+        return got
+
+    lt = np.flatnonzero(buf[:total] == 60)
+    after = byte_at(lt + 1)
+    lt = lt[_TAGLIKE_NEXT[after] | (after >= 0x80)]
+    after = byte_at(lt + 1)
+    closing = after == 47
+    name_at = lt + 1 + closing
+    first = byte_at(name_at)
+    # One byte more than a name may have: the byte after a full window of name bytes.
+    window = byte_at(name_at[:, None] + np.arange(_WINDOW + 1))
+    is_name = _IS_NAME[window[:, :_WINDOW]]
+    run = np.where(is_name.all(axis=1), _WINDOW, is_name.argmin(axis=1))
+    term = window[np.arange(len(lt)), run]
+    clipped = np.where(np.arange(_WINDOW) < run[:, None], window[:, :_WINDOW], 0)
+    lowered = np.ascontiguousarray(_LOWER[clipped])
+    lower_id = names.match(lowered)
+    lower_hash = _hash(lowered.view(np.uint64))
+    # The names are lower case: a name spelt exactly is one whose lowering changed nothing.
+    exact_id = np.where((clipped == lowered).all(axis=1), lower_id, -1)
+    exact_id[(term != 62) | (run == _WINDOW)] = -1
+    loose = (((lower_id >= 0) & _IS_FIRST[first]) | (first >= 0x80)
+             | ((term >= 0x80) & _IS_FIRST[first]))
+    self_closing = np.zeros(len(lt), dtype=bool)
+    for pattern in _SELF_CLOSING:
+        width = len(pattern)
+        self_closing |= (window[:, :width] == np.frombuffer(pattern, dtype=np.uint8)).all(axis=1)
+    return _Candidates(lt, np.searchsorted(offsets, lt, side="right") - 1, closing,
+                       _TAGLIKE_NEXT[after], run, term, exact_id, loose, lower_hash,
+                       self_closing)
+
+
 def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: ToolRegistry,
                  names: _Names) -> ArrowSteps:
     ok = encoded.copy()
@@ -346,37 +447,11 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     if not total:
         buf = np.zeros(1, dtype=np.uint8)
 
-    def byte_at(at: np.ndarray) -> np.ndarray:
-        """The bytes at ``at``, 0 past the end (no padded copy of the buffer)."""
-        got = buf.take(at, mode="clip")
-        got[at >= total] = 0
-        return got
-
-    # Every '<' that may start a tag (followed by a letter, '_', '/' or a non-ASCII byte).
-    lt = np.flatnonzero(buf[:total] == 60)
-    after = byte_at(lt + 1)
-    lt = lt[_TAGLIKE_NEXT[after] | (after >= 0x80)]
-    after = byte_at(lt + 1)
-    closing = after == 47
+    found = _candidates(buf, total, offsets, names)
+    lt, record_of_lt, closing, taglike = found.lt, found.rec, found.closing, found.taglike
+    run, term, exact_id, loose = found.run, found.term, found.exact_id, found.loose
+    lower_hash = found.name_hash
     name_at = lt + 1 + closing
-    first = byte_at(name_at)
-    window = byte_at(name_at[:, None] + np.arange(_WINDOW))
-    is_name = _IS_NAME[window]
-    run = np.where(is_name.all(axis=1), _WINDOW, is_name.argmin(axis=1))
-    term = window[np.arange(len(lt)), run]
-    clipped = np.where(np.arange(_WINDOW) < run[:, None], window, 0)
-    lowered = np.ascontiguousarray(_LOWER[clipped])
-    lower_id = names.match(lowered)
-    lower_hash = _hash(lowered.view(np.uint64))
-    # The names are lower case: a name spelt exactly is one whose lowering changed nothing.
-    exact_id = np.where((clipped == lowered).all(axis=1), lower_id, -1)
-    exact_id[(term != 62) | (run == _WINDOW)] = -1
-    # A name in any spelling followed by anything but a name character, or a non-ASCII
-    # byte where a name starts or ends (Python's case-insensitive match folds some).
-    loose = (((lower_id >= 0) & _IS_FIRST[first]) | (first >= 0x80)
-             | ((term >= 0x80) & _IS_FIRST[first]))
-    taglike = _TAGLIKE_NEXT[after]
-    record_of_lt = np.searchsorted(offsets, lt, side="right") - 1
 
     bad = np.zeros(n, dtype=bool)
     bad[record_of_lt[loose & (exact_id < 0)]] = True
@@ -493,12 +568,7 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     opened = (before >= 0) & (tok_rec[safe_before] == rec_at) & ~tok_close[safe_before]
     inside = opened & (tok_name[safe_before] != names.answer)
     in_answer = opened & (tok_name[safe_before] == names.answer)
-    gap_window = window[loose_tag]
-    self_closing = np.zeros(len(at), dtype=bool)
-    for pattern in _SELF_CLOSING:
-        width = len(pattern)
-        self_closing |= (gap_window[:, :width]
-                         == np.frombuffer(pattern, dtype=np.uint8)).all(axis=1)
+    self_closing = found.self_closing[loose_tag]
     # Between elements the tag scan reads a tag of another name as text: a closer pairs
     # with nothing there (no known element is open, and an opener of its name is either
     # inside an element read already or refused here), an opener stays unclosed, and so

@@ -30,6 +30,9 @@ from eval_pipeline.formats.xml_tags import XmlTagParser, analyze_xml_rows
 from eval_pipeline.models import ParseResult
 from eval_pipeline.steps_column import STEPS_DTYPE
 from eval_pipeline.tool_registry import default_registry
+from eval_pipeline_tests.tagscan_modes import scan_mode  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("scan_mode")  # with the C kernel and without
 
 REGISTRY = default_registry()
 

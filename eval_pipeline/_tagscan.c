@@ -1,0 +1,581 @@
+/* One-pass scans of a batch's UTF-8 string buffers (#12.1, target 1).
+ *
+ * The Arrow stages (formats/xml_arrow.py, preprocess_arrow.py, clips_arrow.py) find tags,
+ * trim step texts and map byte offsets to character offsets with numpy: a few dozen whole-
+ * array passes per batch, each paying numpy's call overhead and a fresh temporary. The
+ * functions here compute the same arrays in one pass each, on the Arrow buffers handed in
+ * as-is (any contiguous buffer: numpy arrays, pyarrow Buffers; no copy), and return their
+ * results as bytearrays the Python side wraps with np.frombuffer. Every function has a
+ * numpy twin (the fallback when this module is not built), and the tests hold both to the
+ * same output (eval_pipeline_tests/test_tagscan.py, and the stage tests run both ways).
+ *
+ * CPython C API and the buffer protocol only: no numpy headers, no third-party library.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- growable output arrays ---------------------------------------------------------- */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len;  /* bytes used */
+    Py_ssize_t cap;
+} vec;
+
+static int vec_reserve(vec *v, Py_ssize_t extra) {
+    if (v->len + extra <= v->cap) return 0;
+    Py_ssize_t cap = v->cap ? v->cap : 256;
+    while (cap < v->len + extra) cap *= 2;
+    char *p = PyMem_Realloc(v->data, (size_t)cap);
+    if (!p) { PyErr_NoMemory(); return -1; }
+    v->data = p;
+    v->cap = cap;
+    return 0;
+}
+
+static int vec_push(vec *v, const void *item, Py_ssize_t size) {
+    if (vec_reserve(v, size) < 0) return -1;
+    memcpy(v->data + v->len, item, (size_t)size);
+    v->len += size;
+    return 0;
+}
+
+#define PUSH(v, type, value) do { type _x = (value); \
+    if (vec_push(&(v), &_x, sizeof(type)) < 0) goto fail; } while (0)
+
+/* The vector as a bytearray (the caller's np.frombuffer view), freeing the vector. */
+static PyObject *vec_take(vec *v) {
+    PyObject *out = PyByteArray_FromStringAndSize(v->data ? v->data : "", v->len);
+    PyMem_Free(v->data);
+    v->data = NULL;
+    v->len = v->cap = 0;
+    return out;
+}
+
+static void vec_free(vec *v) {
+    PyMem_Free(v->data);
+    v->data = NULL;
+}
+
+/* A tuple of bytearrays from vectors (all freed, also on failure). */
+static PyObject *vecs_tuple(vec *vs, int count) {
+    PyObject *tuple = PyTuple_New(count);
+    int failed = tuple == NULL;
+    for (int i = 0; i < count; i++) {
+        if (failed) { vec_free(&vs[i]); continue; }
+        PyObject *item = vec_take(&vs[i]);
+        if (!item) { failed = 1; continue; }
+        PyTuple_SET_ITEM(tuple, i, item);
+    }
+    if (failed) { Py_XDECREF(tuple); return NULL; }
+    return tuple;
+}
+
+/* int64 offsets from a buffer: ``count`` of them at least. */
+static int check_i64(Py_buffer *b, Py_ssize_t count, const char *what) {
+    if (b->len % 8 || b->len / 8 < count) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd int64 values", what, count);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- byte classes -------------------------------------------------------------------- */
+
+static unsigned char XML_NAME[256], XML_FIRST[256], TAGLIKE_NEXT[256], PY_SPACE[256],
+    PREP_NAME[256], PREP_START[256], MAYBE_SPACE_LEAD[256];
+
+static void init_tables(void) {
+    for (int c = 0; c < 256; c++) {
+        int alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        int digit = c >= '0' && c <= '9';
+        XML_NAME[c] = alpha || digit || c == '_' || c == '.' || c == '-';
+        XML_FIRST[c] = alpha || c == '_';
+        TAGLIKE_NEXT[c] = XML_FIRST[c] || c == '/';
+        PY_SPACE[c] = (c >= 9 && c <= 13) || (c >= 28 && c <= 32);
+        PREP_NAME[c] = alpha || digit || c == '_' || c == '-';
+        PREP_START[c] = alpha || c == '_';
+        MAYBE_SPACE_LEAD[c] = c == 0xC2 || c == 0xE1 || c == 0xE2 || c == 0xE3;
+    }
+}
+
+static inline unsigned char lower(unsigned char c) {
+    return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
+}
+
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+/* ---- xml_scan: formats/xml_arrow.py's candidate tags ----------------------------------- */
+
+#define XML_WINDOW 32
+#define MAX_NAMES 256
+
+static const char SELF_CLOSING_A[] = "execute_tools />";
+static const char SELF_CLOSING_B[] = "execute_tools/>";
+
+static PyObject *xml_scan(PyObject *self, PyObject *args) {
+    Py_buffer data_b, off_b;
+    Py_ssize_t total;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "y*ny*O!", &data_b, &total, &off_b, &PyTuple_Type, &names))
+        return NULL;
+    vec out[10] = {{0}};
+    PyObject *result = NULL;
+    const unsigned char *names_at[MAX_NAMES];
+    Py_ssize_t names_len[MAX_NAMES];
+    Py_ssize_t n_names = PyTuple_GET_SIZE(names);
+    Py_ssize_t n_off = off_b.len / 8;
+    if (n_names > MAX_NAMES || total < 0 || total > data_b.len || n_off < 1 || off_b.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "xml_scan: bad arguments");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_names; i++) {
+        PyObject *item = PyTuple_GET_ITEM(names, i);
+        if (!PyBytes_Check(item)) {
+            PyErr_SetString(PyExc_TypeError, "xml_scan: names must be bytes");
+            goto done;
+        }
+        names_at[i] = (const unsigned char *)PyBytes_AS_STRING(item);
+        names_len[i] = PyBytes_GET_SIZE(item);
+    }
+    const unsigned char *d = data_b.buf;
+    const int64_t *offsets = off_b.buf;
+    Py_ssize_t n_rec = n_off - 1;
+    Py_ssize_t rec = 0;
+    const unsigned char *hit = total ? memchr(d, '<', (size_t)total) : NULL;
+    while (hit) {
+        Py_ssize_t p = hit - d;
+        hit = p + 1 < total ? memchr(d + p + 1, '<', (size_t)(total - p - 1)) : NULL;
+        unsigned char after = p + 1 < total ? d[p + 1] : 0;
+        if (!(TAGLIKE_NEXT[after] || after >= 0x80)) continue;
+        int closing = after == '/';
+        Py_ssize_t name_at = p + 1 + closing;
+        unsigned char first = name_at < total ? d[name_at] : 0;
+        unsigned char low[XML_WINDOW];
+        Py_ssize_t run = 0;
+        int upper = 0;
+        uint64_t hash = FNV_OFFSET;
+        while (run < XML_WINDOW && name_at + run < total && XML_NAME[d[name_at + run]]) {
+            unsigned char c = d[name_at + run];
+            upper |= c >= 'A' && c <= 'Z';
+            low[run] = lower(c);
+            hash = (hash ^ low[run]) * FNV_PRIME;
+            run++;
+        }
+        hash = (hash ^ (uint64_t)run) * FNV_PRIME;
+        unsigned char term = name_at + run < total ? d[name_at + run] : 0;
+        int64_t lower_id = -1;
+        for (Py_ssize_t i = 0; i < n_names; i++) {
+            if (names_len[i] == run && memcmp(names_at[i], low, (size_t)run) == 0) {
+                lower_id = i;
+                break;
+            }
+        }
+        int64_t exact = (lower_id >= 0 && !upper && term == '>' && run < XML_WINDOW)
+                        ? lower_id : -1;
+        int loose = (lower_id >= 0 && XML_FIRST[first]) || first >= 0x80
+                    || (term >= 0x80 && XML_FIRST[first]);
+        int self_closing =
+            (name_at + 16 <= total && memcmp(d + name_at, SELF_CLOSING_A, 16) == 0)
+            || (name_at + 15 <= total && memcmp(d + name_at, SELF_CLOSING_B, 15) == 0);
+        while (rec + 1 < n_rec && offsets[rec + 1] <= p) rec++;
+        PUSH(out[0], int64_t, p);
+        PUSH(out[1], int64_t, rec);
+        PUSH(out[2], uint8_t, closing);
+        PUSH(out[3], uint8_t, TAGLIKE_NEXT[after]);
+        PUSH(out[4], int64_t, run);
+        PUSH(out[5], uint8_t, term);
+        PUSH(out[6], int64_t, exact);
+        PUSH(out[7], uint8_t, loose);
+        PUSH(out[8], uint64_t, hash);
+        PUSH(out[9], uint8_t, self_closing);
+    }
+    result = vecs_tuple(out, 10);
+    goto done;
+fail:
+    for (int i = 0; i < 10; i++) vec_free(&out[i]);
+done:
+    PyBuffer_Release(&data_b);
+    PyBuffer_Release(&off_b);
+    return result;
+}
+
+/* ---- prep_scan: preprocess_arrow._scan's tag tokens ------------------------------------ */
+
+#define PREP_WINDOW 32
+#define PREP_READ (PREP_WINDOW + 2)
+
+static PyObject *prep_scan(PyObject *self, PyObject *args) {
+    Py_buffer data_b, off_b;
+    if (!PyArg_ParseTuple(args, "y*y*", &data_b, &off_b)) return NULL;
+    vec out[7] = {{0}};
+    PyObject *result = NULL, *unsure_obj = NULL;
+    Py_ssize_t n_off = off_b.len / 8;
+    if (n_off < 1 || off_b.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "prep_scan: bad offsets");
+        goto done;
+    }
+    Py_ssize_t n = n_off - 1;
+    unsure_obj = PyByteArray_FromStringAndSize(NULL, n);
+    if (!unsure_obj) goto done;
+    unsigned char *unsure = (unsigned char *)PyByteArray_AS_STRING(unsure_obj);
+    memset(unsure, 0, (size_t)n);
+    const unsigned char *d = data_b.buf;
+    const int64_t *offsets = off_b.buf;
+    Py_ssize_t size = data_b.len;
+    Py_ssize_t last = size - 1;
+    Py_ssize_t row = 0;
+    Py_ssize_t gt_from = -1, gt_at = -1;  /* the first '>' at or after gt_from */
+    const unsigned char *hit = size ? memchr(d, '<', (size_t)size) : NULL;
+    while (hit) {
+        Py_ssize_t c = hit - d;
+        hit = c + 1 < size ? memchr(d + c + 1, '<', (size_t)(size - c - 1)) : NULL;
+        Py_ssize_t next_lt = hit ? hit - d : size;
+        if (c + 1 >= size) continue;
+        unsigned char following = d[c + 1];
+        unsigned char second = d[c + 2 < size ? c + 2 : last];
+        if (!(PREP_START[following] || following >= 128
+              || (following == '/' && (PREP_START[second] || second >= 128))))
+            continue;
+        while (row + 1 < n && offsets[row + 1] <= c) row++;
+        Py_ssize_t row_end = offsets[row + 1];
+        int closing = following == '/';
+        Py_ssize_t name_start = c + 1 + closing;
+        unsigned char window[PREP_READ];
+        for (int k = 0; k < PREP_READ; k++) {
+            Py_ssize_t at = name_start + k;
+            window[k] = d[at < size ? at : last];
+        }
+        int run = 0;
+        while (run < PREP_READ && PREP_NAME[window[run]]) run++;
+        int full = run == PREP_READ;
+        if (full) run = 0;  /* numpy's argmin of an all-true row */
+        Py_ssize_t term_at = name_start + run;
+        unsigned char term = full ? 0 : window[run];
+        int inside = term_at < row_end;
+        int odd = inside && (term >= 128 || full);
+        if (odd) unsure[row] = 1;
+        int first_ok = PREP_START[window[0]] && run > 0;
+        unsigned char after = d[term_at + 1 < size ? term_at + 1 : last];
+        int spaced = PY_SPACE[term];
+        int direct = term == '>';
+        int self_closing = term == '/' && after == '>' && term_at + 1 < size;
+        Py_ssize_t g = size;
+        if (spaced) {
+            if (!(gt_from >= 0 && term_at >= gt_from && term_at <= gt_at)) {
+                const unsigned char *gt =
+                    term_at < size ? memchr(d + term_at, '>', (size_t)(size - term_at)) : NULL;
+                gt_from = term_at;
+                gt_at = gt ? gt - d : size;
+            }
+            g = gt_at;
+        }
+        Py_ssize_t end = direct ? term_at + 1 : self_closing ? term_at + 2 : g + 1;
+        int ok = first_ok && inside && !odd
+                 && (direct || self_closing || (spaced && g < next_lt)) && end <= row_end;
+        if (!ok) continue;
+        unsigned char name[PREP_WINDOW];
+        for (int k = 0; k < PREP_WINDOW; k++) name[k] = k < run ? lower(window[k]) : 0;
+        PUSH(out[0], int64_t, row);
+        PUSH(out[1], uint8_t, closing);
+        if (vec_push(&out[2], name, PREP_WINDOW) < 0) goto fail;
+        PUSH(out[3], int64_t, spaced ? g - term_at : 0);
+        PUSH(out[4], int64_t, term_at);
+        PUSH(out[5], int64_t, end);
+        PUSH(out[6], uint8_t, self_closing);
+    }
+    {
+        PyObject *tokens = vecs_tuple(out, 7);
+        if (tokens) {
+            result = Py_BuildValue("(NO)", tokens, unsure_obj);
+        }
+    }
+    goto done;
+fail:
+    for (int i = 0; i < 7; i++) vec_free(&out[i]);
+done:
+    Py_XDECREF(unsure_obj);
+    PyBuffer_Release(&data_b);
+    PyBuffer_Release(&off_b);
+    return result;
+}
+
+/* ---- trim: xml_arrow._trim's byte loops ------------------------------------------------ */
+
+static PyObject *trim(PyObject *self, PyObject *args) {
+    Py_buffer buf_b, start_b, end_b;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &buf_b, &start_b, &end_b)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t m = start_b.len / 8;
+    if (buf_b.len < 1 || check_i64(&start_b, m, "trim") < 0
+        || check_i64(&end_b, m, "trim") < 0 || end_b.len != start_b.len) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "trim: bad arguments");
+        goto done;
+    }
+    PyObject *s_o = PyByteArray_FromStringAndSize(NULL, m * 8);
+    PyObject *e_o = PyByteArray_FromStringAndSize(NULL, m * 8);
+    PyObject *l_o = PyByteArray_FromStringAndSize(NULL, m * 8);
+    PyObject *u_o = PyByteArray_FromStringAndSize(NULL, m);
+    if (!s_o || !e_o || !l_o || !u_o) {
+        Py_XDECREF(s_o); Py_XDECREF(e_o); Py_XDECREF(l_o); Py_XDECREF(u_o);
+        goto done;
+    }
+    const unsigned char *b = buf_b.buf;
+    Py_ssize_t last = buf_b.len - 1;
+    const int64_t *starts = start_b.buf, *ends = end_b.buf;
+    int64_t *so = (int64_t *)PyByteArray_AS_STRING(s_o);
+    int64_t *eo = (int64_t *)PyByteArray_AS_STRING(e_o);
+    int64_t *lo = (int64_t *)PyByteArray_AS_STRING(l_o);
+    unsigned char *uo = (unsigned char *)PyByteArray_AS_STRING(u_o);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int64_t s = starts[i], e = ends[i];
+        if (s < 0 || e > buf_b.len || (s < e && e - 1 > last)) {
+            Py_DECREF(s_o); Py_DECREF(e_o); Py_DECREF(l_o); Py_DECREF(u_o);
+            PyErr_SetString(PyExc_IndexError, "trim: range outside the buffer");
+            goto done;
+        }
+        while (s < e && PY_SPACE[b[s]]) s++;
+        while (e > s && PY_SPACE[b[e - 1]]) e--;
+        int64_t lead = e - 1 > 0 ? e - 1 : 0;
+        for (int k = 0; k < 3; k++)
+            if (lead > s && (b[lead] & 0xC0) == 0x80) lead--;
+        so[i] = s;
+        eo[i] = e;
+        lo[i] = lead;
+        uo[i] = s < e && (MAYBE_SPACE_LEAD[b[s < last ? s : last]] || MAYBE_SPACE_LEAD[b[lead]]);
+    }
+    result = Py_BuildValue("(NNNN)", s_o, e_o, l_o, u_o);
+done:
+    PyBuffer_Release(&buf_b);
+    PyBuffer_Release(&start_b);
+    PyBuffer_Release(&end_b);
+    return result;
+}
+
+/* ---- UTF-8 offsets -------------------------------------------------------------------- */
+
+#define BLOCK 64
+
+/* Continuation bytes (10xxxxxx) before each BLOCK-byte block: one pass, eight bytes at a
+ * time (a popcount of each word's continuation bits). */
+static int64_t *block_continuations(const unsigned char *d, Py_ssize_t size) {
+    Py_ssize_t blocks = size / BLOCK + 1;
+    int64_t *before = PyMem_Malloc((size_t)(blocks + 1) * sizeof(int64_t));
+    if (!before) { PyErr_NoMemory(); return NULL; }
+    int64_t count = 0;
+    Py_ssize_t i = 0;
+    for (Py_ssize_t blk = 0; blk < blocks; blk++) {
+        before[blk] = count;
+        Py_ssize_t stop = (blk + 1) * BLOCK < size ? (blk + 1) * BLOCK : size;
+        for (; i + 8 <= stop; i += 8) {
+            uint64_t w;
+            memcpy(&w, d + i, 8);
+            count += __builtin_popcountll(w & ~(w << 1) & 0x8080808080808080ULL);
+        }
+        for (; i < stop; i++) count += (d[i] & 0xC0) == 0x80;
+    }
+    before[blocks] = count;
+    return before;
+}
+
+static inline int64_t continuations_before(const unsigned char *d, const int64_t *before,
+                                           Py_ssize_t p) {
+    Py_ssize_t blk = p / BLOCK;
+    int64_t count = before[blk];
+    for (Py_ssize_t i = blk * BLOCK; i < p; i++) count += (d[i] & 0xC0) == 0x80;
+    return count;
+}
+
+/* continuation_before(data, points): the continuation bytes in data[:p] for each p. */
+static PyObject *continuation_before(PyObject *self, PyObject *args) {
+    Py_buffer data_b, pts_b;
+    if (!PyArg_ParseTuple(args, "y*y*", &data_b, &pts_b)) return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t m = pts_b.len / 8;
+    int64_t *before = NULL;
+    if (check_i64(&pts_b, m, "continuation_before") < 0) goto done;
+    const unsigned char *d = data_b.buf;
+    const int64_t *pts = pts_b.buf;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (pts[i] < 0 || pts[i] > data_b.len) {
+            PyErr_SetString(PyExc_IndexError, "continuation_before: point outside the data");
+            goto done;
+        }
+    }
+    before = block_continuations(d, data_b.len);
+    if (!before) goto done;
+    out = PyByteArray_FromStringAndSize(NULL, m * 8);
+    if (!out) goto done;
+    int64_t *o = (int64_t *)PyByteArray_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < m; i++) o[i] = continuations_before(d, before, pts[i]);
+done:
+    PyMem_Free(before);
+    PyBuffer_Release(&data_b);
+    PyBuffer_Release(&pts_b);
+    return out;
+}
+
+/* char_to_byte(data, offsets, rows, chars): the byte offset (into data) of character
+ * chars[i] of string rows[i] (offsets: the strings' int64 offsets into data). A character
+ * count at or past the data's end maps as if the rest were ASCII. */
+static PyObject *char_to_byte(PyObject *self, PyObject *args) {
+    Py_buffer data_b, off_b, rows_b, chars_b;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &data_b, &off_b, &rows_b, &chars_b)) return NULL;
+    PyObject *out = NULL;
+    int64_t *before = NULL;
+    Py_ssize_t m = rows_b.len / 8, n_off = off_b.len / 8;
+    if (check_i64(&rows_b, m, "char_to_byte") < 0 || check_i64(&chars_b, m, "char_to_byte") < 0
+        || off_b.len % 8) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "char_to_byte: bad offsets");
+        goto done;
+    }
+    const unsigned char *d = data_b.buf;
+    Py_ssize_t size = data_b.len;
+    const int64_t *offsets = off_b.buf, *rows = rows_b.buf, *chars = chars_b.buf;
+    before = block_continuations(d, size);
+    if (!before) goto done;
+    Py_ssize_t blocks = size / BLOCK + 1;
+    int64_t total_chars = size - before[blocks];
+    out = PyByteArray_FromStringAndSize(NULL, m * 8);
+    if (!out) goto done;
+    int64_t *o = (int64_t *)PyByteArray_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (rows[i] < 0 || rows[i] >= n_off || offsets[rows[i]] < 0 || offsets[rows[i]] > size) {
+            Py_CLEAR(out);
+            PyErr_SetString(PyExc_IndexError, "char_to_byte: row outside the offsets");
+            goto done;
+        }
+        int64_t base = offsets[rows[i]];
+        int64_t target = base - continuations_before(d, before, base) + chars[i];
+        if (target >= total_chars) {
+            o[i] = size + (target - total_chars);
+            continue;
+        }
+        /* The last block whose characters before it are <= target, then the target-th
+         * character start inside it. */
+        Py_ssize_t lo = 0, hi = blocks - 1;
+        while (lo < hi) {
+            Py_ssize_t mid = (lo + hi + 1) / 2;
+            if ((int64_t)mid * BLOCK - before[mid] <= target) lo = mid; else hi = mid - 1;
+        }
+        int64_t seen = (int64_t)lo * BLOCK - before[lo];
+        Py_ssize_t p = lo * BLOCK;
+        for (;; p++) {
+            if ((d[p] & 0xC0) != 0x80) {
+                if (seen == target) break;
+                seen++;
+            }
+        }
+        o[i] = p;
+    }
+done:
+    PyMem_Free(before);
+    PyBuffer_Release(&data_b);
+    PyBuffer_Release(&off_b);
+    PyBuffer_Release(&rows_b);
+    PyBuffer_Release(&chars_b);
+    return out;
+}
+
+/* ---- strip_hash: preprocess_arrow._stripped's equality, hashed -------------------------- */
+
+/* Bytes of a whitespace character str.split() splits on (the _STRIP class), else 0. */
+static inline int space_at(const unsigned char *s, Py_ssize_t left) {
+    unsigned char c = s[0];
+    if (PY_SPACE[c]) return 1;
+    if (c == 0xC2 && left >= 2 && (s[1] == 0x85 || s[1] == 0xA0)) return 2;
+    if (left >= 3) {
+        if (c == 0xE1 && s[1] == 0x9A && s[2] == 0x80) return 3;  /* U+1680 */
+        if (c == 0xE2 && s[1] == 0x80
+            && ((s[2] >= 0x80 && s[2] <= 0x8A) || s[2] == 0xA8 || s[2] == 0xA9 || s[2] == 0xAF))
+            return 3;  /* U+2000-200A, U+2028, U+2029, U+202F */
+        if (c == 0xE2 && s[1] == 0x81 && s[2] == 0x9F) return 3;  /* U+205F */
+        if (c == 0xE3 && s[1] == 0x80 && s[2] == 0x80) return 3;  /* U+3000 */
+    }
+    return 0;
+}
+
+/* strip_hash(data, offsets): per string, the FNV-1a hash of its text without tags
+ * (``<`` ... ``>`` with neither inside) and without the characters str.split() splits on:
+ * what ``replace_substring_regex(_STRIP, "")`` leaves, hashed as it is produced. */
+static PyObject *strip_hash(PyObject *self, PyObject *args) {
+    Py_buffer data_b, off_b;
+    if (!PyArg_ParseTuple(args, "y*y*", &data_b, &off_b)) return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t n_off = off_b.len / 8;
+    if (n_off < 1 || off_b.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "strip_hash: bad offsets");
+        goto done;
+    }
+    const unsigned char *d = data_b.buf;
+    const int64_t *offsets = off_b.buf;
+    Py_ssize_t n = n_off - 1;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        if (offsets[i] < 0 || offsets[i] > data_b.len || (i && offsets[i] < offsets[i - 1])) {
+            PyErr_SetString(PyExc_IndexError, "strip_hash: offsets outside the data");
+            goto done;
+        }
+    }
+    out = PyByteArray_FromStringAndSize(NULL, n * 8);
+    if (!out) goto done;
+    uint64_t *o = (uint64_t *)PyByteArray_AS_STRING(out);
+    for (Py_ssize_t r = 0; r < n; r++) {
+        const unsigned char *s = d + offsets[r];
+        Py_ssize_t len = offsets[r + 1] - offsets[r];
+        uint64_t h = FNV_OFFSET;
+        Py_ssize_t i = 0;
+        while (i < len) {
+            int sp = space_at(s + i, len - i);
+            if (sp) { i += sp; continue; }
+            if (s[i] == '<') {
+                /* A tag: to the first '>', with no '<' before it (each '<' scans only
+                 * to the next '<' or '>': linear). */
+                Py_ssize_t j = i + 1;
+                while (j < len && s[j] != '<' && s[j] != '>') j++;
+                if (j < len && s[j] == '>') { i = j + 1; continue; }
+            }
+            h = (h ^ s[i]) * FNV_PRIME;
+            i++;
+        }
+        o[r] = h;
+    }
+done:
+    PyBuffer_Release(&data_b);
+    PyBuffer_Release(&off_b);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"xml_scan", xml_scan, METH_VARARGS,
+     "xml_scan(data, total, offsets, names) -> (lt, rec, closing, taglike, run, term, "
+     "exact_id, loose, name_hash, self_closing): every '<' of data[:total] that may open a "
+     "tag, as formats/xml_arrow.py reads it."},
+    {"prep_scan", prep_scan, METH_VARARGS,
+     "prep_scan(data, offsets) -> ((row, closing, name, attrs, attr_start, end, "
+     "self_closing), unsure): preprocess_arrow._scan's tag tokens."},
+    {"trim", trim, METH_VARARGS,
+     "trim(buf, start, end) -> (start, end, lead_end, suspect): ASCII whitespace trimmed "
+     "off byte ranges, and whether an edge may be non-ASCII whitespace."},
+    {"continuation_before", continuation_before, METH_VARARGS,
+     "continuation_before(data, points) -> UTF-8 continuation bytes in data[:p] per point."},
+    {"char_to_byte", char_to_byte, METH_VARARGS,
+     "char_to_byte(data, offsets, rows, chars) -> byte offsets of character offsets."},
+    {"strip_hash", strip_hash, METH_VARARGS,
+     "strip_hash(data, offsets) -> uint64 hash per string of its text without tags and "
+     "whitespace."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_tagscan",
+    "One-pass scans of UTF-8 string buffers for the Arrow stages (see _tagscan.c).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__tagscan(void) {
+    init_tables();
+    return PyModule_Create(&module);
+}
