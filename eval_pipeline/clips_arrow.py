@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from eval_pipeline.models import FINAL_TOOL_TYPE, GENERIC_TOOL_TYPE
 from eval_pipeline.preprocess_arrow import utf8_bytes
+from eval_pipeline.tagscan import kernel
 
 _NEWLINE = pa.scalar("\n", pa.large_string())
 
@@ -79,8 +80,15 @@ def _char_to_byte(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
     A character starts at every byte that is not a UTF-8 continuation byte (``10xxxxxx``).
     Those are counted eight bytes at a time (a ``uint64`` per eight bytes, a popcount), so
     the characters before every eighth byte are one cumulative sum; each offset is placed
-    among those by binary search and then inside its eight bytes.
+    among those by binary search and then inside its eight bytes. The C kernel, when
+    built, does the same in one pass (:mod:`eval_pipeline.tagscan`).
     """
+    compiled = kernel()
+    if compiled is not None and len(data):
+        return np.frombuffer(compiled.char_to_byte(
+            np.ascontiguousarray(data), np.ascontiguousarray(offsets, np.int64),
+            np.ascontiguousarray(rows, np.int64), np.ascontiguousarray(chars, np.int64)),
+            np.int64)
     if not len(data):
         return offsets[rows] + chars
     per_word = _continuations(data)

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eval_pipeline.preprocess import _FLAT_TAGS, PreprocessConfig, _identity, _opaque_names
+from eval_pipeline.tagscan import kernel
 from eval_pipeline.tool_registry import ToolRegistry
 
 _WINDOW = 32
@@ -120,8 +121,22 @@ def _scan(data: np.ndarray, offsets: np.ndarray) -> _Tags:
     Only a ``<`` followed by a letter or ``_`` (after an optional ``/``), or by a byte that
     is not ASCII, can start a tag; the others (``a < b``) are dropped before any window is
     read. Reads past the end of ``data`` are clamped to its last byte: a token whose name or
-    end would lie there is outside its response anyway (``inside``)."""
+    end would lie there is outside its response anyway (``inside``). The C kernel, when
+    built, reads the same tokens in one pass (:mod:`eval_pipeline.tagscan`)."""
     n = len(offsets) - 1
+    compiled = kernel()
+    if compiled is not None:
+        (t_row, t_closing, t_name, t_attrs, t_attr_start, t_end, t_self), t_unsure = (
+            compiled.prep_scan(np.ascontiguousarray(data), np.ascontiguousarray(offsets,
+                                                                                np.int64)))
+        return _Tags(row=np.frombuffer(t_row, np.int64),
+                     closing=np.frombuffer(t_closing, np.bool_),
+                     name=np.frombuffer(t_name, f"S{_WINDOW}"),
+                     attrs=np.frombuffer(t_attrs, np.int64),
+                     attr_start=np.frombuffer(t_attr_start, np.int64),
+                     end=np.frombuffer(t_end, np.int64),
+                     self_closing=np.frombuffer(t_self, np.bool_),
+                     unsure=np.frombuffer(t_unsure, np.bool_))
     unsure = np.zeros(n, bool)
     size = len(data)
     lt = np.flatnonzero(data == 60)
@@ -298,6 +313,17 @@ def _stripped(values: pa.Array) -> pa.Array:
     return pc.replace_substring_regex(values, _STRIP, "")
 
 
+def _stripped_keys(values: pa.Array) -> pa.Array | np.ndarray:
+    """Keys equal where ``_stripped`` is equal: a hash of it per value by the C kernel (no
+    stripped copy; a collision only sends a pair to the Python comparison), else the
+    stripped strings themselves."""
+    compiled = kernel()
+    if compiled is None or values.null_count:
+        return _stripped(values)
+    data, offsets = utf8_bytes(values)
+    return np.frombuffer(compiled.strip_hash(np.ascontiguousarray(data), offsets), np.uint64)
+
+
 def screen_batch(responses: pa.Array, steps: pa.ListArray, reparse: np.ndarray,
                  config: PreprocessConfig, registry: ToolRegistry) -> BatchScreen:
     """The common cases of a batch (``responses``: large strings without nulls; ``steps``
@@ -333,8 +359,8 @@ def screen_batch(responses: pa.Array, steps: pa.ListArray, reparse: np.ndarray,
         tool_input = calls.field("tool_input")
         tool_type = calls.field("tool_type")
         tool_name = calls.field("tool_name")
-        by_content = _stripped(content)
-        by_input = _stripped(pc.coalesce(tool_input, content))
+        by_content = _stripped_keys(content)
+        by_input = _stripped_keys(pc.coalesce(tool_input, content))
         colon = pc.or_(pc.fill_null(pc.match_substring(tool_type, ":"), False),
                        pc.fill_null(pc.match_substring(tool_name, ":"), False))
         if any(":" in t for t in registry.tool_types):
@@ -342,7 +368,11 @@ def screen_batch(responses: pa.Array, steps: pa.ListArray, reparse: np.ndarray,
         m = len(calls) - 1
         same_row = call_rows[1:] == call_rows[:-1]
 
-        def equal(a: pa.Array, b: pa.Array) -> np.ndarray:
+        def equal(a: pa.Array | np.ndarray, b: pa.Array | np.ndarray) -> np.ndarray:
+            if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+                return a[1:] == b[:-1]
+            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):  # not both hashed
+                return np.ones(m, bool)
             return np.asarray(pc.equal(a.slice(1, m), b.slice(0, m)))
 
         colon_np = np.asarray(colon)
