@@ -16,13 +16,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
-try:
-    from eval_pipeline import _tagscan as _compiled
-except ImportError:  # not built (no compiler at install time): numpy does the work
-    _compiled = None
-
-BUILT: ModuleType | None = _compiled
+BUILT: ModuleType | None
 """The extension module if it was built, whatever the switch says."""
+try:
+    from eval_pipeline import _tagscan as BUILT
+except ImportError:  # not built (no compiler at install time): numpy does the work
+    BUILT = None
 
 _active: ModuleType | None = None if os.environ.get("EVAL_PIPELINE_NO_C_KERNEL") else BUILT
 

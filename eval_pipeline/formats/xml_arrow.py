@@ -447,10 +447,10 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     if not total:
         buf = np.zeros(1, dtype=np.uint8)
 
-    found = _candidates(buf, total, offsets, names)
-    lt, record_of_lt, closing, taglike = found.lt, found.rec, found.closing, found.taglike
-    run, term, exact_id, loose = found.run, found.term, found.exact_id, found.loose
-    lower_hash = found.name_hash
+    cand = _candidates(buf, total, offsets, names)
+    lt, record_of_lt, closing, taglike = cand.lt, cand.rec, cand.closing, cand.taglike
+    run, term, exact_id, loose = cand.run, cand.term, cand.exact_id, cand.loose
+    lower_hash = cand.name_hash
     name_at = lt + 1 + closing
 
     bad = np.zeros(n, dtype=bool)
@@ -568,7 +568,7 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     opened = (before >= 0) & (tok_rec[safe_before] == rec_at) & ~tok_close[safe_before]
     inside = opened & (tok_name[safe_before] != names.answer)
     in_answer = opened & (tok_name[safe_before] == names.answer)
-    self_closing = found.self_closing[loose_tag]
+    self_closing = cand.self_closing[loose_tag]
     # Between elements the tag scan reads a tag of another name as text: a closer pairs
     # with nothing there (no known element is open, and an opener of its name is either
     # inside an element read already or refused here), an opener stays unclosed, and so
