@@ -303,6 +303,74 @@ done:
     return result;
 }
 
+/* ---- tag_counts: preprocess_arrow._tag_counts's dicts ---------------------------------- */
+
+static int compare_names(const void *a, const void *b) {
+    return memcmp(*(const unsigned char *const *)a, *(const unsigned char *const *)b,
+                  PREP_WINDOW);
+}
+
+/* tag_counts(rows, closing, names, n): per row, {name: count} of its tokens that are not
+ * closers, by name in byte order (names: PREP_WINDOW zero-padded ASCII bytes each; rows
+ * ascending, as prep_scan returns them). */
+static PyObject *tag_counts(PyObject *self, PyObject *args) {
+    Py_buffer rows_b, closing_b, names_b;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y*y*y*n", &rows_b, &closing_b, &names_b, &n)) return NULL;
+    PyObject *result = NULL;
+    const unsigned char **sorted = NULL;
+    Py_ssize_t k = rows_b.len / 8;
+    if (check_i64(&rows_b, k, "tag_counts") < 0 || closing_b.len != k
+        || names_b.len != k * PREP_WINDOW || n < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "tag_counts: bad arguments");
+        goto done;
+    }
+    const int64_t *rows = rows_b.buf;
+    const unsigned char *closing = closing_b.buf, *names = names_b.buf;
+    sorted = PyMem_Malloc((size_t)(k ? k : 1) * sizeof(*sorted));
+    if (!sorted) { PyErr_NoMemory(); goto done; }
+    result = PyList_New(n);
+    if (!result) goto done;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        PyObject *d = PyDict_New();
+        if (!d) { Py_CLEAR(result); goto done; }
+        PyList_SET_ITEM(result, r, d);
+    }
+    Py_ssize_t i = 0;
+    while (i < k) {
+        int64_t row = rows[i];
+        if (row < 0 || row >= n || (i && row < rows[i - 1])) {
+            Py_CLEAR(result);
+            PyErr_SetString(PyExc_ValueError, "tag_counts: rows out of range or order");
+            goto done;
+        }
+        Py_ssize_t m = 0;
+        for (; i < k && rows[i] == row; i++)
+            if (!closing[i]) sorted[m++] = names + i * PREP_WINDOW;
+        qsort(sorted, (size_t)m, sizeof(*sorted), compare_names);
+        PyObject *d = PyList_GET_ITEM(result, row);
+        for (Py_ssize_t a = 0; a < m;) {
+            Py_ssize_t b = a + 1;
+            while (b < m && memcmp(sorted[a], sorted[b], PREP_WINDOW) == 0) b++;
+            PyObject *key = PyUnicode_DecodeASCII(
+                (const char *)sorted[a], (Py_ssize_t)strnlen((const char *)sorted[a],
+                                                             PREP_WINDOW), NULL);
+            PyObject *value = key ? PyLong_FromSsize_t(b - a) : NULL;
+            int failed = !value || PyDict_SetItem(d, key, value) < 0;
+            Py_XDECREF(key);
+            Py_XDECREF(value);
+            if (failed) { Py_CLEAR(result); goto done; }
+            a = b;
+        }
+    }
+done:
+    PyMem_Free(sorted);
+    PyBuffer_Release(&rows_b);
+    PyBuffer_Release(&closing_b);
+    PyBuffer_Release(&names_b);
+    return result;
+}
+
 /* ---- trim: xml_arrow._trim's byte loops ------------------------------------------------ */
 
 static PyObject *trim(PyObject *self, PyObject *args) {
@@ -373,7 +441,8 @@ static int64_t *block_continuations(const unsigned char *d, Py_ssize_t size) {
         for (; i + 8 <= stop; i += 8) {
             uint64_t w;
             memcpy(&w, d + i, 8);
-            count += __builtin_popcountll(w & ~(w << 1) & 0x8080808080808080ULL);
+            uint64_t bits = (w & ~(w << 1) & 0x8080808080808080ULL) >> 7;
+            count += (int64_t)((bits * 0x0101010101010101ULL) >> 56);  /* sum of bytes */
         }
         for (; i < stop; i++) count += (d[i] & 0xC0) == 0x80;
     }
@@ -556,6 +625,8 @@ static PyMethodDef methods[] = {
     {"prep_scan", prep_scan, METH_VARARGS,
      "prep_scan(data, offsets) -> ((row, closing, name, attrs, attr_start, end, "
      "self_closing), unsure): preprocess_arrow._scan's tag tokens."},
+    {"tag_counts", tag_counts, METH_VARARGS,
+     "tag_counts(rows, closing, names, n) -> per row, {name: count} of its openings."},
     {"trim", trim, METH_VARARGS,
      "trim(buf, start, end) -> (start, end, lead_end, suspect): ASCII whitespace trimmed "
      "off byte ranges, and whether an edge may be non-ASCII whitespace."},
