@@ -290,10 +290,10 @@ def _tag_counts(tags: _Tags, n: int) -> list[dict[str, int]]:
     """``_tag_counts`` per row: openings and self-closing tags (not closers) by name."""
     compiled = kernel()
     if compiled is not None:
-        counts: list[dict[str, int]] = compiled.tag_counts(
+        by_row: list[dict[str, int]] = compiled.tag_counts(
             np.ascontiguousarray(tags.row, np.int64), np.ascontiguousarray(tags.closing),
             np.ascontiguousarray(tags.name), n)
-        return counts
+        return by_row
     counted = ~tags.closing
     rows = tags.row[counted]
     names = tags.name[counted]
