@@ -47,7 +47,8 @@ FRAGMENTS = [
     "<x-y.z>", "<_u>", "<1a>", "< think>", "<think\n>", "<br>", "</br>", "<" + "n" * 31 + ">",
     "<" + "n" * 32 + ">", "<" + "n" * 40 + ">", "</" + "q" * 33, "<tag attr>", "<tag\tattr/>",
     "\u00e9", "\u4e2d", "\U0001f600", "\u00a0", "\u3000", "\u2003", "\u0085", " ", "\n", "\t",
-    "plain text", "a < b", "x>y", "<<think>>",
+    "plain text", "a < b", "x>y", "<<think>>", "<ab\u00e9>", "<K\u212a>", "</x\u4e2d>",
+    "<execute_tools/", "<execute_tools /", "<execute_tools/ >", "<execute_tools />x",
 ]
 
 
