@@ -487,6 +487,44 @@ done:
     return out;
 }
 
+/* char_lengths(data, offsets): each string's length in characters (its bytes less its
+ * continuation bytes), as Arrow's utf8_length. */
+static PyObject *char_lengths(PyObject *self, PyObject *args) {
+    Py_buffer data_b, off_b;
+    if (!PyArg_ParseTuple(args, "y*y*", &data_b, &off_b)) return NULL;
+    PyObject *out = NULL;
+    int64_t *before = NULL;
+    Py_ssize_t n_off = off_b.len / 8;
+    if (n_off < 1 || off_b.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "char_lengths: bad offsets");
+        goto done;
+    }
+    const unsigned char *d = data_b.buf;
+    const int64_t *offsets = off_b.buf;
+    for (Py_ssize_t i = 0; i < n_off; i++) {
+        if (offsets[i] < 0 || offsets[i] > data_b.len || (i && offsets[i] < offsets[i - 1])) {
+            PyErr_SetString(PyExc_IndexError, "char_lengths: offsets outside the data");
+            goto done;
+        }
+    }
+    before = block_continuations(d, data_b.len);
+    if (!before) goto done;
+    out = PyByteArray_FromStringAndSize(NULL, (n_off - 1) * 8);
+    if (!out) goto done;
+    int64_t *o = (int64_t *)PyByteArray_AS_STRING(out);
+    int64_t previous = continuations_before(d, before, offsets[0]);
+    for (Py_ssize_t r = 0; r + 1 < n_off; r++) {
+        int64_t next = continuations_before(d, before, offsets[r + 1]);
+        o[r] = offsets[r + 1] - offsets[r] - (next - previous);
+        previous = next;
+    }
+done:
+    PyMem_Free(before);
+    PyBuffer_Release(&data_b);
+    PyBuffer_Release(&off_b);
+    return out;
+}
+
 /* char_to_byte(data, offsets, rows, chars): the byte offset (into data) of character
  * chars[i] of string rows[i] (offsets: the strings' int64 offsets into data). A character
  * count at or past the data's end maps as if the rest were ASCII. */
@@ -632,6 +670,8 @@ static PyMethodDef methods[] = {
      "off byte ranges, and whether an edge may be non-ASCII whitespace."},
     {"continuation_before", continuation_before, METH_VARARGS,
      "continuation_before(data, points) -> UTF-8 continuation bytes in data[:p] per point."},
+    {"char_lengths", char_lengths, METH_VARARGS,
+     "char_lengths(data, offsets) -> each string's length in characters."},
     {"char_to_byte", char_to_byte, METH_VARARGS,
      "char_to_byte(data, offsets, rows, chars) -> byte offsets of character offsets."},
     {"strip_hash", strip_hash, METH_VARARGS,

@@ -110,6 +110,16 @@ def _char_to_byte(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
     return at * 8 + within
 
 
+def _char_lengths(responses: pa.Array) -> np.ndarray:
+    """Each response's length in characters: by the C kernel in one pass when it is built,
+    else Arrow's ``utf8_length``."""
+    compiled = kernel()
+    if compiled is None or responses.null_count:
+        return np.asarray(pc.utf8_length(responses).to_numpy(zero_copy_only=False))
+    data, offsets = utf8_bytes(responses)
+    return np.frombuffer(compiled.char_lengths(np.ascontiguousarray(data), offsets), np.int64)
+
+
 def clip_batch(responses: pa.Array, steps: pa.ListArray) -> BatchClips:
     """The clips of every response ``segment_rows`` would cut the same way (``fast``)."""
     n = len(responses)
@@ -123,7 +133,7 @@ def clip_batch(responses: pa.Array, steps: pa.ListArray) -> BatchClips:
     parents = np.repeat(np.arange(n), counts)
     is_call = np.asarray(pc.equal(kind, "tool_call"))
     is_result = np.asarray(pc.equal(kind, "tool_result"))
-    lengths = pc.utf8_length(responses).to_numpy()
+    lengths = _char_lengths(responses)
     fast = counts > 0
     labelled = np.asarray(pc.is_valid(flat.field("label")))
     fast[parents[labelled]] = False
@@ -172,7 +182,8 @@ def clip_batch(responses: pa.Array, steps: pa.ListArray) -> BatchClips:
     call_keep = fast[call_rows]
     calls = calls[call_keep]
     # Texts: the kept responses' bytes, cut at each clip's start.
-    kept_responses = responses.take(pa.array(keep_rows))
+    kept_responses = (responses if len(keep_rows) == n  # all of them, in order: no copy
+                      else responses.take(pa.array(keep_rows)))
     kept_data, kept_offsets = utf8_bytes(kept_responses)
     remap = np.full(n, -1)
     remap[keep_rows] = np.arange(len(keep_rows))
