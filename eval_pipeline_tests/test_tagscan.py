@@ -106,7 +106,8 @@ def test_xml_candidates_at_the_very_end_and_empty() -> None:
     for texts in (["<think>"], ["abc", "</think>"], ["<"], ["x<"], ["</"], [""], ["", ""],
                   ["<think>\u00e9"], ["\u00e9<think>"], ["<thin"], ["<" + "a" * 32]):
         buf, total, offsets, _ = chunk(texts)
-        compiled, fallback = both(lambda: xml_arrow._candidates(buf, total, offsets, NAMES))
+        compiled, fallback = both(lambda buf=buf, total=total, offsets=offsets:
+                                  xml_arrow._candidates(buf, total, offsets, NAMES))
         for field in ("lt", "rec", "closing", "run", "term", "exact_id", "loose"):
             assert getattr(compiled, field).tolist() == getattr(fallback, field).tolist(), (
                 texts, field)
@@ -127,7 +128,7 @@ def test_trim_and_continuations_match_numpy(seed: int) -> None:
                 "\u3000", "\u2003", "\u0085", "\u1680", "\u00c2"]
     texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
              for _ in range(300)]
-    buf, total, offsets, data = chunk(texts)
+    buf, total, _offsets, data = chunk(texts)
     # Ranges at character boundaries, as the callers pass them.
     bounds = [0]
     for text in texts:
