@@ -655,6 +655,70 @@ done:
     return out;
 }
 
+/* ---- join_groups: clips_arrow's texts joined per clip ----------------------------------- */
+
+/* join_groups(data, offsets, items, groups, n_groups, sep) -> (offsets, data): per group,
+ * its items' strings (items: string indexes; groups: each item's group, ascending) joined
+ * by sep, as Arrow's binary_join of the lists (an empty group: ""). */
+static PyObject *join_groups(PyObject *self, PyObject *args) {
+    Py_buffer data_b, off_b, items_b, groups_b, sep_b;
+    Py_ssize_t n_groups;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*ny*", &data_b, &off_b, &items_b, &groups_b,
+                          &n_groups, &sep_b))
+        return NULL;
+    PyObject *result = NULL;
+    vec out_data = {0};
+    PyObject *out_off = NULL;
+    Py_ssize_t m = items_b.len / 8, n_off = off_b.len / 8;
+    if (check_i64(&items_b, m, "join_groups") < 0 || groups_b.len != items_b.len
+        || off_b.len % 8 || n_groups < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "join_groups: bad arguments");
+        goto done;
+    }
+    const unsigned char *d = data_b.buf;
+    const int64_t *offsets = off_b.buf, *items = items_b.buf, *groups = groups_b.buf;
+    out_off = PyByteArray_FromStringAndSize(NULL, (n_groups + 1) * 8);
+    if (!out_off) goto done;
+    int64_t *o = (int64_t *)PyByteArray_AS_STRING(out_off);
+    Py_ssize_t j = 0;
+    o[0] = 0;
+    for (Py_ssize_t g = 0; g < n_groups; g++) {
+        int first = 1;
+        for (; j < m && groups[j] == g; j++) {
+            int64_t it = items[j];
+            if (it < 0 || it + 1 >= n_off || offsets[it] < 0 || offsets[it + 1] > data_b.len
+                || offsets[it] > offsets[it + 1]) {
+                PyErr_SetString(PyExc_IndexError, "join_groups: item outside the offsets");
+                goto fail;
+            }
+            if (!first && vec_push(&out_data, sep_b.buf, sep_b.len) < 0) goto fail;
+            if (vec_push(&out_data, d + offsets[it], offsets[it + 1] - offsets[it]) < 0)
+                goto fail;
+            first = 0;
+        }
+        o[g + 1] = out_data.len;
+    }
+    if (j != m) {
+        PyErr_SetString(PyExc_ValueError, "join_groups: groups out of range or order");
+        goto fail;
+    }
+    {
+        PyObject *joined = vec_take(&out_data);
+        if (joined) result = Py_BuildValue("(ON)", out_off, joined);
+    }
+    goto done;
+fail:
+    vec_free(&out_data);
+done:
+    Py_XDECREF(out_off);
+    PyBuffer_Release(&data_b);
+    PyBuffer_Release(&off_b);
+    PyBuffer_Release(&items_b);
+    PyBuffer_Release(&groups_b);
+    PyBuffer_Release(&sep_b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"xml_scan", xml_scan, METH_VARARGS,
      "xml_scan(data, total, offsets, names) -> (lt, rec, closing, taglike, run, term, "
@@ -674,6 +738,9 @@ static PyMethodDef methods[] = {
      "char_lengths(data, offsets) -> each string's length in characters."},
     {"char_to_byte", char_to_byte, METH_VARARGS,
      "char_to_byte(data, offsets, rows, chars) -> byte offsets of character offsets."},
+    {"join_groups", join_groups, METH_VARARGS,
+     "join_groups(data, offsets, items, groups, n_groups, sep) -> (offsets, data): each "
+     "group's strings joined by sep."},
     {"strip_hash", strip_hash, METH_VARARGS,
      "strip_hash(data, offsets) -> uint64 hash per string of its text without tags and "
      "whitespace."},

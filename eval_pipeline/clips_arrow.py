@@ -196,10 +196,22 @@ def clip_batch(responses: pa.Array, steps: pa.ListArray) -> BatchClips:
     step_kept = fast[parents]
     clip_of_step = np.searchsorted(first, np.flatnonzero(step_kept), side="right") - 1
     text = flat.field("content")
+    # The kernel joins large strings without nulls (the steps' type); else Arrow does.
+    compiled = (kernel() if not text.null_count and text.type == pa.large_string()
+                else None)
+    text_data, text_offsets = utf8_bytes(text) if compiled is not None else (None, None)
 
     def joined(kind_name: str) -> tuple[pa.Array, np.ndarray]:
         chosen = np.asarray(pc.equal(kind, kind_name)) & step_kept
         clip_ids = clip_of_step[np.asarray(pc.equal(kind, kind_name))[step_kept]]
+        if compiled is not None:  # one pass, no list array (the same strings)
+            out_offsets, out_data = compiled.join_groups(
+                np.ascontiguousarray(text_data), text_offsets,
+                np.flatnonzero(chosen).astype(np.int64), clip_ids.astype(np.int64),
+                len(owner), b"\n")
+            return (pa.LargeStringArray.from_buffers(len(owner), pa.py_buffer(out_offsets),
+                                                     pa.py_buffer(out_data)),
+                    np.bincount(clip_ids, minlength=len(owner)))
         lists = pa.ListArray.from_arrays(
             pa.array(np.searchsorted(clip_ids, np.arange(len(owner) + 1)), pa.int32()),
             text.filter(pa.array(chosen)))

@@ -235,7 +235,9 @@ def test_batch_functions_agree_on_sliced_batches() -> None:
         return (screened.fast.tolist(), screened.answer_closed.tolist(),
                 screened.tool_calls.tolist(), screened.duplicates, screened.tag_counts,
                 clips.fast.tolist(), clips.start.tolist(), clips.end.tolist(),
-                clips.content.to_pylist(), clips.thought.to_pylist())
+                clips.content.to_pylist(), clips.thought.to_pylist(),
+                clips.result.to_pylist(), clips.answer.to_pylist(), clips.has_answer.tolist(),
+                str(clips.thought.type), str(clips.answer.type))
 
     compiled, fallback = both(run)
     assert compiled == fallback
