@@ -203,6 +203,218 @@ done:
     return result;
 }
 
+/* ---- xml_pair: formats/xml_arrow.py's nesting checks and elements ----------------------- */
+
+/* A set of uint64 keys (open addressing), cleared per record. */
+typedef struct {
+    uint64_t *keys;
+    unsigned char *used;
+    Py_ssize_t cap;
+} keyset;
+
+static int keyset_reset(keyset *set, Py_ssize_t items) {
+    Py_ssize_t cap = 16;
+    while (cap < 2 * items + 1) cap *= 2;
+    if (cap > set->cap) {
+        PyMem_Free(set->keys);
+        PyMem_Free(set->used);
+        set->keys = PyMem_Malloc((size_t)cap * sizeof(uint64_t));
+        set->used = PyMem_Malloc((size_t)cap);
+        if (!set->keys || !set->used) { PyErr_NoMemory(); set->cap = 0; return -1; }
+        set->cap = cap;
+    }
+    memset(set->used, 0, (size_t)set->cap);
+    return 0;
+}
+
+static inline Py_ssize_t keyset_slot(const keyset *set, uint64_t key) {
+    Py_ssize_t mask = set->cap - 1;
+    Py_ssize_t at = (Py_ssize_t)((key ^ (key >> 29)) * 0x9E3779B97F4A7C15ULL >> 7) & mask;
+    while (set->used[at] && set->keys[at] != key) at = (at + 1) & mask;
+    return at;
+}
+
+enum { T_NONE = 0, T_TOKEN, T_LIMITED, T_ORPHAN, T_STRAY, T_TOP, T_INNER };
+
+/* xml_pair(lt, rec, closing, taglike, run, term, exact_id, loose, name_hash, self_closing,
+ *          n, answer, tool_call)
+ * -> (bad, top_pos, top_name, top_close, top_rec, top_end, lim_pos, lim_rec, lim_end,
+ *     lim_limit, orphan_pos, orphan_rec, orphan_name)
+ *
+ * The candidates (xml_scan's arrays) record by record, as _chunk_steps' numpy code reads
+ * them: the known tags (exact_id >= 0) must nest, each closer closing the latest open tag
+ * of its name; an <answer> opener followed right away by a known opener is "limited" (an
+ * element of its own, to that tag); an opener with no later tag of its name is an orphan
+ * (text; noted when between elements); a closer with nothing open is stray (text); tags
+ * inside an element may not have its name nor be inside an <answer>; other tag-like text
+ * outside the elements must be what the Python scan reads as text. A record that breaks
+ * a rule is bad (read in Python). Returned: bad per record, the level-1 tags (elements'
+ * openers and closers), the limited answers between elements and the orphans between
+ * elements, of every record (the caller keeps those of good records). */
+static PyObject *xml_pair(PyObject *self, PyObject *args) {
+    Py_buffer b[10];
+    Py_ssize_t n, answer, tool_call;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*nnn", &b[0], &b[1], &b[2], &b[3], &b[4],
+                          &b[5], &b[6], &b[7], &b[8], &b[9], &n, &answer, &tool_call))
+        return NULL;
+    PyObject *result = NULL, *bad_obj = NULL;
+    vec out[12] = {{0}};
+    keyset closers = {0};
+    unsigned char *status = NULL, *later = NULL;
+    Py_ssize_t *stack = NULL;
+    Py_ssize_t k = b[0].len / 8, scratch = 0;
+    static const int sizes[10] = {8, 8, 1, 1, 8, 1, 8, 1, 8, 1};
+    for (int i = 0; i < 10; i++) {
+        if (b[i].len != k * sizes[i]) {
+            PyErr_SetString(PyExc_ValueError, "xml_pair: arrays of different lengths");
+            goto done;
+        }
+    }
+    if (n < 0) { PyErr_SetString(PyExc_ValueError, "xml_pair: bad n"); goto done; }
+    const int64_t *lt = b[0].buf, *rec = b[1].buf, *run = b[4].buf, *exact = b[6].buf;
+    const unsigned char *closing = b[2].buf, *taglike = b[3].buf, *term = b[5].buf,
+                        *loose = b[7].buf, *self_closing = b[9].buf;
+    const uint64_t *hash = b[8].buf;
+    bad_obj = PyByteArray_FromStringAndSize(NULL, n);
+    if (!bad_obj) goto done;
+    unsigned char *bad = (unsigned char *)PyByteArray_AS_STRING(bad_obj);
+    memset(bad, 0, (size_t)n);
+    for (Py_ssize_t c0 = 0, c1; c0 < k; c0 = c1) {
+        int64_t r = rec[c0];
+        if (r < 0 || r >= n || (c0 && r < rec[c0 - 1])) {
+            PyErr_SetString(PyExc_ValueError, "xml_pair: records out of range or order");
+            goto fail;
+        }
+        for (c1 = c0 + 1; c1 < k && rec[c1] == r; c1++) {}
+        Py_ssize_t count = c1 - c0;
+        if (count > scratch) {
+            PyMem_Free(status); PyMem_Free(later); PyMem_Free(stack);
+            scratch = count * 2;
+            status = PyMem_Malloc((size_t)scratch);
+            later = PyMem_Malloc((size_t)scratch);
+            stack = PyMem_Malloc((size_t)scratch * sizeof(Py_ssize_t));
+            if (!status || !later || !stack) { PyErr_NoMemory(); goto fail; }
+        }
+        unsigned char *st = status - c0, *lat = later - c0;  /* indexed by candidate */
+        Py_ssize_t *stk = stack;
+        /* Tokens, loose spellings, <tool_call>, limited answers. */
+        for (Py_ssize_t c = c0; c < c1; c++) {
+            st[c] = T_NONE;
+            if (loose[c] && exact[c] < 0) bad[r] = 1;
+            if (exact[c] < 0) continue;
+            if (exact[c] >= MAX_NAMES) {
+                PyErr_SetString(PyExc_ValueError, "xml_pair: name id too large");
+                goto fail;
+            }
+            st[c] = T_TOKEN;
+            if (exact[c] == tool_call) bad[r] = 1;
+            if (!closing[c] && exact[c] == answer && c + 1 < c1 && exact[c + 1] >= 0
+                && !closing[c + 1])
+                st[c] = T_LIMITED;
+        }
+        /* Orphans: openers (not <answer>) with no later token of their name; and, for
+         * tag-like text, whether a closer of its name (any case) follows in the record. */
+        if (keyset_reset(&closers, count) < 0) goto fail;
+        unsigned char later_name[MAX_NAMES];
+        memset(later_name, 0, sizeof(later_name));
+        for (Py_ssize_t c = c1 - 1; c >= c0; c--) {
+            lat[c] = closers.used[keyset_slot(&closers, hash[c])];
+            if (closing[c]) {
+                Py_ssize_t at = keyset_slot(&closers, hash[c]);
+                closers.used[at] = 1;
+                closers.keys[at] = hash[c];
+            }
+            if (st[c] != T_TOKEN) continue;
+            if (!closing[c] && exact[c] != answer && !later_name[exact[c]]) st[c] = T_ORPHAN;
+            later_name[exact[c]] = 1;
+        }
+        /* Nesting: strays dropped, each closer must close the latest opener, of its name;
+         * nothing inside an element of its own name or inside an <answer>. */
+        Py_ssize_t depth = 0, last_token = -1;
+        for (Py_ssize_t c = c0; c < c1; c++) {
+            if (st[c] != T_TOKEN) continue;
+            if (closing[c]) {
+                if (depth == 0) { st[c] = T_STRAY; continue; }
+                if (depth > 1 && (exact[stk[0]] == exact[c] || exact[stk[0]] == answer))
+                    bad[r] = 1;
+                if (exact[stk[depth - 1]] != exact[c]) bad[r] = 1;
+                st[c] = depth == 1 ? T_TOP : T_INNER;
+                depth--;
+            } else {
+                if (depth > 0 && (exact[stk[0]] == exact[c] || exact[stk[0]] == answer))
+                    bad[r] = 1;
+                st[c] = depth == 0 ? T_TOP : T_INNER;
+                stk[depth++] = c;
+            }
+            last_token = c;
+        }
+        /* Left open: only an <answer> at the top, as the record's last tag. */
+        if (depth > 1 || (depth == 1 && (exact[stk[0]] != answer || stk[0] != last_token)))
+            bad[r] = 1;
+        /* Between and inside the elements, in order. */
+        int64_t open_top = -1;
+        for (Py_ssize_t c = c0; c < c1; c++) {
+            switch (st[c]) {
+            case T_TOP:
+                open_top = closing[c] ? -1 : exact[c];
+                PUSH(out[0], int64_t, lt[c]);
+                PUSH(out[1], int64_t, exact[c]);
+                PUSH(out[2], uint8_t, closing[c]);
+                PUSH(out[3], int64_t, r);
+                PUSH(out[4], int64_t, lt[c] + 1 + closing[c] + run[c] + 1);
+                continue;
+            case T_LIMITED:
+                if (open_top >= 0) {  /* text of the element it is in */
+                    if (open_top == answer) bad[r] = 1;
+                    continue;
+                }
+                PUSH(out[5], int64_t, lt[c]);
+                PUSH(out[6], int64_t, r);
+                PUSH(out[7], int64_t, lt[c] + 1 + closing[c] + run[c] + 1);
+                PUSH(out[8], int64_t, lt[c + 1]);
+                continue;
+            case T_ORPHAN:
+                if (open_top >= 0) {
+                    if (open_top == answer) bad[r] = 1;
+                    continue;
+                }
+                PUSH(out[9], int64_t, lt[c]);
+                PUSH(out[10], int64_t, r);
+                PUSH(out[11], int64_t, exact[c]);
+                continue;
+            case T_NONE:
+                if (!taglike[c]) continue;
+                if (open_top == answer) { bad[r] = 1; continue; }
+                if (open_top >= 0) continue;  /* text of a body */
+                {
+                    int known_run = run[c] > 0 && run[c] < XML_WINDOW && term[c] < 0x80;
+                    if (!(self_closing[c] || closing[c] || (known_run && !lat[c])))
+                        bad[r] = 1;
+                }
+                continue;
+            default:
+                continue;
+            }
+        }
+    }
+    {
+        PyObject *arrays = vecs_tuple(out, 12);
+        if (arrays) result = Py_BuildValue("(ON)", bad_obj, arrays);
+    }
+    goto done;
+fail:
+    for (int i = 0; i < 12; i++) vec_free(&out[i]);
+done:
+    Py_XDECREF(bad_obj);
+    PyMem_Free(closers.keys);
+    PyMem_Free(closers.used);
+    PyMem_Free(status);
+    PyMem_Free(later);
+    PyMem_Free(stack);
+    for (int i = 0; i < 10; i++) PyBuffer_Release(&b[i]);
+    return result;
+}
+
 /* ---- prep_scan: preprocess_arrow._scan's tag tokens ------------------------------------ */
 
 #define PREP_WINDOW 32
@@ -724,6 +936,10 @@ static PyMethodDef methods[] = {
      "xml_scan(data, total, offsets, names) -> (lt, rec, closing, taglike, run, term, "
      "exact_id, loose, name_hash, self_closing): every '<' of data[:total] that may open a "
      "tag, as formats/xml_arrow.py reads it."},
+    {"xml_pair", xml_pair, METH_VARARGS,
+     "xml_pair(lt, rec, closing, taglike, run, term, exact_id, loose, name_hash, "
+     "self_closing, n, answer, tool_call) -> (bad, (top_pos, top_name, top_close, top_rec, "
+     "top_end, lim_pos, lim_rec, lim_end, lim_limit, orphan_pos, orphan_rec, orphan_name))"},
     {"prep_scan", prep_scan, METH_VARARGS,
      "prep_scan(data, offsets) -> ((row, closing, name, attrs, attr_start, end, "
      "self_closing), unsure): preprocess_arrow._scan's tag tokens."},

@@ -102,6 +102,35 @@ def test_xml_candidates_match_numpy(seed: int) -> None:
     assert len(compiled.lt) > 1000
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_xml_pairs_match_numpy(seed: int) -> None:
+    """The nesting checks record by record (C) against the numpy passes: the same bad
+    records, elements' tags, limited answers and orphans; and so the same steps."""
+    texts = soups(50 + seed, 600, parts=8)
+    buf, total, offsets, _ = chunk(texts)
+    with tagscan.use_kernel(False):
+        candidates = xml_arrow._candidates(buf, total, offsets, NAMES)
+    n = len(texts)
+    compiled, fallback = both(lambda: xml_arrow._pairs(candidates, n, NAMES))
+    bad = fallback.bad
+    assert compiled.bad.tolist() == bad.tolist()
+    assert 50 < int((~bad).sum()) < n  # both kinds of record are common here
+    for group in (("tok_pos", "tok_name", "tok_close", "tok_rec", "tok_end", "tok_rec"),
+                  ("lim_pos", "lim_end", "lim_limit", "lim_rec", "lim_rec"),
+                  ("orphan_pos", "orphan_name", "orphan_rec", "orphan_rec")):
+        # Only good records' entries are used (bad ones are read in Python).
+        keep_c = ~bad[getattr(compiled, group[-1])]
+        keep_n = ~bad[getattr(fallback, group[-1])]
+        for field in group[:-1]:
+            got = getattr(compiled, field)[keep_c].tolist()
+            assert got == getattr(fallback, field)[keep_n].tolist(), field
+    steps, steps_numpy = both(lambda: xml_arrow.arrow_steps(texts, REGISTRY))
+    assert steps.ok.tolist() == steps_numpy.ok.tolist()
+    assert steps.steps.to_pylist() == steps_numpy.steps.to_pylist()
+    assert steps.notes == steps_numpy.notes
+    assert steps.unknown == steps_numpy.unknown
+
+
 def test_xml_candidates_at_the_very_end_and_empty() -> None:
     for texts in (["<think>"], ["abc", "</think>"], ["<"], ["x<"], ["</"], [""], ["", ""],
                   ["<think>\u00e9"], ["\u00e9<think>"], ["<thin"], ["<" + "a" * 32]):

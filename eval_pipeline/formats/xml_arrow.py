@@ -434,20 +434,47 @@ def _candidates(buf: np.ndarray, total: int, offsets: np.ndarray, names: _Names
                        self_closing)
 
 
-def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: ToolRegistry,
-                 names: _Names) -> ArrowSteps:
-    ok = encoded.copy()
-    n = len(array)
-    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[:n + 1]
-    data = array.buffers()[2]
-    total = int(offsets[-1])
-    if data is None or total == 0:
-        data = pa.py_buffer(b"\0")
-    buf = np.frombuffer(data, dtype=np.uint8)[:total]
-    if not total:
-        buf = np.zeros(1, dtype=np.uint8)
+@dataclass
+class _Pairs:
+    """What the nesting checks leave of a chunk's candidates (see ``_pairs``)."""
 
-    cand = _candidates(buf, total, offsets, names)
+    bad: np.ndarray
+    """Per record: read it in Python (some rule of the module docstring broken)."""
+    tok_pos: np.ndarray
+    """The level-1 tags (the elements' openers and closers), in position order."""
+    tok_name: np.ndarray
+    tok_close: np.ndarray
+    tok_rec: np.ndarray
+    tok_end: np.ndarray
+    lim_pos: np.ndarray
+    """The ``<answer>`` openers followed right away by a known opener, between elements
+    (an element each, to that tag: ``lim_limit``)."""
+    lim_rec: np.ndarray
+    lim_end: np.ndarray
+    lim_limit: np.ndarray
+    orphan_pos: np.ndarray
+    """Openers with no later tag of their name, between elements (noted, kept as text)."""
+    orphan_rec: np.ndarray
+    orphan_name: np.ndarray
+
+
+def _pairs(cand: _Candidates, n: int, names: _Names) -> _Pairs:
+    """The candidates' nesting checked record by record: by the C kernel in one pass when
+    it is built, else with numpy (the same arrays; ``test_tagscan.py``)."""
+    compiled = kernel()
+    if compiled is not None:
+        bad, arrays = compiled.xml_pair(
+            cand.lt, cand.rec, cand.closing, cand.taglike, cand.run, cand.term,
+            cand.exact_id, cand.loose, cand.name_hash, cand.self_closing, n, names.answer,
+            names.tool_call)
+        got = [np.frombuffer(a, np.uint8 if i == 2 else np.int64)
+               for i, a in enumerate(arrays)]
+        return _Pairs(np.frombuffer(bad, np.bool_).copy(), got[0], got[1],
+                      got[2].view(np.bool_), *got[3:])
+    return _pairs_numpy(cand, n, names)
+
+
+def _pairs_numpy(cand: _Candidates, n: int, names: _Names) -> _Pairs:
     lt, record_of_lt, closing, taglike = cand.lt, cand.rec, cand.closing, cand.taglike
     run, term, exact_id, loose = cand.run, cand.term, cand.exact_id, cand.loose
     lower_hash = cand.name_hash
@@ -547,17 +574,15 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
         lim_top = ~opened_before  # inside an element read already: text of its body
     lim_pos, lim_rec, lim_end, lim_limit = (lim_pos[lim_top], lim_rec[lim_top],
                                             lim_end[lim_top], lim_limit[lim_top])
-    lim_first, lim_body_end, lim_unsure = _trim(buf, lim_end, lim_limit)
-    lim_body_end = np.where(lim_first < lim_body_end, lim_body_end, lim_end)  # all blank
-    bad[lim_rec[lim_unsure]] = True
-    orphan_outside = np.ones(len(orphan_pos), dtype=bool)
     if len(orphan_pos):
         outer = np.searchsorted(tok_pos, orphan_pos, side="right") - 1
         safe_outer = np.maximum(outer, 0)
         opened_before = ((outer >= 0) & (tok_rec[safe_outer] == orphan_rec)
                          & ~tok_close[safe_outer])
         bad[orphan_rec[opened_before & (tok_name[safe_outer] == names.answer)]] = True
-        orphan_outside = ~opened_before
+        orphan_pos, orphan_rec, orphan_name = (orphan_pos[~opened_before],
+                                               orphan_rec[~opened_before],
+                                               orphan_name[~opened_before])
 
     # Anything tag-like outside the elements' bodies, or inside an <answer>.
     loose_tag = taglike & (exact_id < 0)
@@ -596,6 +621,33 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
                                       & (latest[where] > at[opener_at]))
     allowed_gap = self_closing | gap_close | (gap_open & known_run & ~later_close)
     bad[rec_at[~inside & (in_answer | ~allowed_gap)]] = True
+    return _Pairs(bad, tok_pos, tok_name, tok_close, tok_rec, tok_end, lim_pos, lim_rec,
+                  lim_end, lim_limit, orphan_pos, orphan_rec, orphan_name)
+
+
+def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: ToolRegistry,
+                 names: _Names) -> ArrowSteps:
+    ok = encoded.copy()
+    n = len(array)
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[:n + 1]
+    data = array.buffers()[2]
+    total = int(offsets[-1])
+    if data is None or total == 0:
+        data = pa.py_buffer(b"\0")
+    buf = np.frombuffer(data, dtype=np.uint8)[:total]
+    if not total:
+        buf = np.zeros(1, dtype=np.uint8)
+
+    pairs = _pairs(_candidates(buf, total, offsets, names), n, names)
+    bad = pairs.bad
+    tok_pos, tok_name, tok_close = pairs.tok_pos, pairs.tok_name, pairs.tok_close
+    tok_rec, tok_end = pairs.tok_rec, pairs.tok_end
+    lim_pos, lim_rec, lim_end, lim_limit = (pairs.lim_pos, pairs.lim_rec, pairs.lim_end,
+                                            pairs.lim_limit)
+    orphan_pos, orphan_rec, orphan_name = pairs.orphan_pos, pairs.orphan_rec, pairs.orphan_name
+    lim_first, lim_body_end, lim_unsure = _trim(buf, lim_end, lim_limit)
+    lim_body_end = np.where(lim_first < lim_body_end, lim_body_end, lim_end)  # all blank
+    bad[lim_rec[lim_unsure]] = True
     ok &= ~bad
 
     # The elements of the records read here: open tag and its closer (or the end).
@@ -680,7 +732,7 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     kind[is_tool] = _CALL
 
     # Character offsets: bytes less the continuation bytes before them in the record.
-    noted = orphan_outside & ok[orphan_rec]
+    noted = ok[orphan_rec]
     noted_text = [f"unclosed <{names.names[nm]}> at char {{}} kept as text"
                   for nm in orphan_name[noted].tolist()]
     lim_noted = ok[lim_rec]
