@@ -867,6 +867,48 @@ done:
     return out;
 }
 
+/* gather(data, starts, ends) -> (offsets, data): the strings data[starts[i]:ends[i]] as a
+ * large_string array's buffers (one copy of the bytes, no index array). */
+static PyObject *gather(PyObject *self, PyObject *args) {
+    Py_buffer data_b, start_b, end_b;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &data_b, &start_b, &end_b)) return NULL;
+    PyObject *result = NULL, *off_obj = NULL, *out_obj = NULL;
+    Py_ssize_t m = start_b.len / 8;
+    if (check_i64(&start_b, m, "gather") < 0 || end_b.len != start_b.len) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "gather: bad arguments");
+        goto done;
+    }
+    const int64_t *starts = start_b.buf, *ends = end_b.buf;
+    int64_t size = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (starts[i] < 0 || ends[i] < starts[i] || ends[i] > data_b.len) {
+            PyErr_SetString(PyExc_IndexError, "gather: range outside the data");
+            goto done;
+        }
+        size += ends[i] - starts[i];
+    }
+    off_obj = PyByteArray_FromStringAndSize(NULL, (m + 1) * 8);
+    out_obj = PyByteArray_FromStringAndSize(NULL, size);
+    if (!off_obj || !out_obj) goto done;
+    int64_t *o = (int64_t *)PyByteArray_AS_STRING(off_obj);
+    char *out = PyByteArray_AS_STRING(out_obj);
+    const char *d = data_b.buf;
+    o[0] = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int64_t len = ends[i] - starts[i];
+        memcpy(out + o[i], d + starts[i], (size_t)len);
+        o[i + 1] = o[i] + len;
+    }
+    result = Py_BuildValue("(OO)", off_obj, out_obj);
+done:
+    Py_XDECREF(off_obj);
+    Py_XDECREF(out_obj);
+    PyBuffer_Release(&data_b);
+    PyBuffer_Release(&start_b);
+    PyBuffer_Release(&end_b);
+    return result;
+}
+
 /* ---- join_groups: clips_arrow's texts joined per clip ----------------------------------- */
 
 /* join_groups(data, offsets, items, groups, n_groups, sep) -> (offsets, data): per group,
@@ -954,6 +996,8 @@ static PyMethodDef methods[] = {
      "char_lengths(data, offsets) -> each string's length in characters."},
     {"char_to_byte", char_to_byte, METH_VARARGS,
      "char_to_byte(data, offsets, rows, chars) -> byte offsets of character offsets."},
+    {"gather", gather, METH_VARARGS,
+     "gather(data, starts, ends) -> (offsets, data): byte ranges as string buffers."},
     {"join_groups", join_groups, METH_VARARGS,
      "join_groups(data, offsets, items, groups, n_groups, sep) -> (offsets, data): each "
      "group's strings joined by sep."},

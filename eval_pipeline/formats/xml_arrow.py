@@ -271,6 +271,13 @@ def _gather(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
     n = len(starts)
     if not n:
         return pa.array([], pa.large_string())
+    compiled = kernel()
+    if compiled is not None:  # the ranges copied in one pass (any order)
+        out_offsets, out_data = compiled.gather(
+            np.frombuffer(data, np.uint8), np.ascontiguousarray(starts, np.int64),
+            np.ascontiguousarray(ends, np.int64))
+        return pa.LargeStringArray.from_buffers(n, pa.py_buffer(out_offsets),
+                                                pa.py_buffer(out_data))
     bounds = np.empty(2 * n, dtype=np.int64)
     bounds[0::2] = starts
     bounds[1::2] = ends
