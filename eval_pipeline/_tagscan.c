@@ -515,6 +515,170 @@ done:
     return result;
 }
 
+/* ---- repair_status: preprocess_arrow._repair_status's walk ------------------------------ */
+
+/* repair_status(data, row, closing, name, attrs, attr_start, self_closing, n, known, flat,
+ *               opaque, answer) -> (python, answer_closed)
+ *
+ * prep_scan's tokens row by row, as repair_tags walks the known tags (known: the names,
+ * sorted, as PREP_WINDOW-padded bytes each; flat, opaque: a byte per name; answer: its
+ * index): an opaque opening ends at the next tag of its name that is its closer (only
+ * whitespace attributes) or another opening of it; a flat opening at the next tag that is
+ * not self-closing, if that closes it. Tags inside an element's span are skipped; the rest
+ * must pair, opening then its end, from the row's first. The one repair decided here: the
+ * last opening an <answer> nothing follows (closed at the end). python: the row needs
+ * repair_tags itself (or has a closer with non-ASCII attributes). */
+static PyObject *repair_status(PyObject *self, PyObject *args) {
+    Py_buffer data_b, row_b, closing_b, name_b, attrs_b, astart_b, sc_b, flat_b, opaque_b;
+    Py_ssize_t n, answer;
+    PyObject *known;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*nO!y*y*n", &data_b, &row_b, &closing_b,
+                          &name_b, &attrs_b, &astart_b, &sc_b, &n, &PyTuple_Type, &known,
+                          &flat_b, &opaque_b, &answer))
+        return NULL;
+    PyObject *python_obj = NULL, *closed_obj = NULL, *result = NULL;
+    int64_t *tok = NULL, *name_of = NULL, *following = NULL, *own_next = NULL, *end = NULL,
+            *cover = NULL, *top = NULL;
+    unsigned char *blank = NULL;
+    Py_ssize_t k = row_b.len / 8, scratch = 0;
+    Py_ssize_t n_known = PyTuple_GET_SIZE(known);
+    if (check_i64(&row_b, k, "repair_status") < 0 || closing_b.len != k || sc_b.len != k
+        || name_b.len != k * PREP_WINDOW || attrs_b.len != k * 8 || astart_b.len != k * 8
+        || flat_b.len != n_known || opaque_b.len != n_known || n_known > MAX_NAMES || n < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "repair_status: bad arguments");
+        goto done;
+    }
+    unsigned char known_names[MAX_NAMES][PREP_WINDOW];
+    for (Py_ssize_t i = 0; i < n_known; i++) {
+        PyObject *item = PyTuple_GET_ITEM(known, i);
+        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) > PREP_WINDOW) {
+            PyErr_SetString(PyExc_ValueError, "repair_status: known names must be short bytes");
+            goto done;
+        }
+        memset(known_names[i], 0, PREP_WINDOW);
+        memcpy(known_names[i], PyBytes_AS_STRING(item), (size_t)PyBytes_GET_SIZE(item));
+    }
+    const unsigned char *d = data_b.buf, *closing = closing_b.buf, *names = name_b.buf,
+                        *sc = sc_b.buf, *flat = flat_b.buf, *opaque = opaque_b.buf;
+    const int64_t *rows = row_b.buf, *attrs = attrs_b.buf, *astart = astart_b.buf;
+    python_obj = PyByteArray_FromStringAndSize(NULL, n);
+    closed_obj = PyByteArray_FromStringAndSize(NULL, n);
+    if (!python_obj || !closed_obj) goto done;
+    unsigned char *python = (unsigned char *)PyByteArray_AS_STRING(python_obj);
+    unsigned char *answer_closed = (unsigned char *)PyByteArray_AS_STRING(closed_obj);
+    memset(python, 0, (size_t)n);
+    memset(answer_closed, 0, (size_t)n);
+    int64_t next_event[MAX_NAMES];
+    for (Py_ssize_t a = 0, z; a < k; a = z) {
+        int64_t r = rows[a];
+        if (r < 0 || r >= n || (a && r < rows[a - 1])) {
+            PyErr_SetString(PyExc_ValueError, "repair_status: rows out of range or order");
+            goto done;
+        }
+        for (z = a + 1; z < k && rows[z] == r; z++) {}
+        if (z - a + 1 > scratch) {
+            PyMem_Free(tok); PyMem_Free(name_of); PyMem_Free(following); PyMem_Free(own_next);
+            PyMem_Free(end); PyMem_Free(cover); PyMem_Free(top); PyMem_Free(blank);
+            scratch = 2 * (z - a + 1);
+            size_t bytes = (size_t)scratch * sizeof(int64_t);
+            tok = PyMem_Malloc(bytes); name_of = PyMem_Malloc(bytes);
+            following = PyMem_Malloc(bytes); own_next = PyMem_Malloc(bytes);
+            end = PyMem_Malloc(bytes); cover = PyMem_Malloc(bytes); top = PyMem_Malloc(bytes);
+            blank = PyMem_Malloc((size_t)scratch);
+            if (!tok || !name_of || !following || !own_next || !end || !cover || !top
+                || !blank) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+        /* The row's known tags (m of them), their names and closers' blank attributes. */
+        Py_ssize_t m = 0;
+        for (Py_ssize_t t = a; t < z; t++) {
+            const unsigned char *nm = names + t * PREP_WINDOW;
+            Py_ssize_t lo = 0, hi = n_known;  /* binary search of the sorted names */
+            while (lo < hi) {
+                Py_ssize_t mid = (lo + hi) / 2;
+                if (memcmp(known_names[mid], nm, PREP_WINDOW) < 0) lo = mid + 1; else hi = mid;
+            }
+            if (lo >= n_known || memcmp(known_names[lo], nm, PREP_WINDOW) != 0) continue;
+            tok[m] = t;
+            name_of[m] = lo;
+            blank[m] = attrs[t] == 0;
+            if (closing[t] && attrs[t] > 0) {
+                int all_space = 1;
+                for (int64_t j = astart[t]; j < astart[t] + attrs[t]; j++) {
+                    if (j < 0 || j >= data_b.len) {
+                        PyErr_SetString(PyExc_IndexError, "repair_status: attributes outside");
+                        goto done;
+                    }
+                    if (d[j] >= 128) python[r] = 1;
+                    if (!PY_SPACE[d[j]]) all_space = 0;
+                }
+                blank[m] = (unsigned char)all_space;
+            }
+            m++;
+        }
+        /* Backwards: the next tag that is not self-closing; the next event of each name. */
+        for (Py_ssize_t i = 0; i < n_known; i++) next_event[i] = -1;
+        int64_t next_real = -1;
+        for (Py_ssize_t i = m - 1; i >= 0; i--) {
+            int64_t t = tok[i];
+            following[i] = next_real;
+            own_next[i] = next_event[name_of[i]];
+            int event = closing[t] ? (!sc[t] && blank[i]) : (attrs[t] > 0 || !sc[t]);
+            if (event) next_event[name_of[i]] = i;
+            if (!sc[t]) next_real = i;
+        }
+        /* Each opening's end; tags inside the spans skipped. */
+        for (Py_ssize_t i = 0; i <= m; i++) cover[i] = 0;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            int64_t t = tok[i];
+            end[i] = -1;
+            if (closing[t] || sc[t]) continue;
+            if (opaque[name_of[i]]) {
+                int64_t e = own_next[i];
+                if (e >= 0 && closing[tok[e]]) end[i] = e;
+            } else if (flat[name_of[i]]) {
+                int64_t f = following[i];
+                if (f >= 0 && closing[tok[f]] && name_of[f] == name_of[i]) end[i] = f;
+            }
+            if (end[i] >= 0) {
+                cover[i + 1]++;
+                cover[end[i]]--;
+            }
+        }
+        Py_ssize_t tops = 0;
+        int64_t covered = 0;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            covered += cover[i];
+            if (covered == 0 && !sc[tok[i]]) top[tops++] = i;
+        }
+        /* The chain: opening, its end, the next opening, ... */
+        for (Py_ssize_t j = 0; j < tops; j += 2) {
+            int64_t i = top[j], t = tok[i];
+            int opening = !closing[t] && !sc[t];
+            int64_t e = end[i];
+            int64_t want_after = j + 2 < tops ? top[j + 2] : -1;
+            int pair_ok = opening && e >= 0 && j + 1 < tops && top[j + 1] == e
+                          && following[e] == want_after;
+            int answer_end = opening && name_of[i] == answer && j + 1 == tops
+                             && following[i] == -1 && e < 0;
+            if (!pair_ok && !answer_end) python[r] = 1;
+            if (answer_end) answer_closed[r] = 1;
+        }
+    }
+    result = Py_BuildValue("(OO)", python_obj, closed_obj);
+done:
+    Py_XDECREF(python_obj);
+    Py_XDECREF(closed_obj);
+    PyMem_Free(tok); PyMem_Free(name_of); PyMem_Free(following); PyMem_Free(own_next);
+    PyMem_Free(end); PyMem_Free(cover); PyMem_Free(top); PyMem_Free(blank);
+    PyBuffer_Release(&data_b); PyBuffer_Release(&row_b); PyBuffer_Release(&closing_b);
+    PyBuffer_Release(&name_b); PyBuffer_Release(&attrs_b); PyBuffer_Release(&astart_b);
+    PyBuffer_Release(&sc_b); PyBuffer_Release(&flat_b); PyBuffer_Release(&opaque_b);
+    return result;
+}
+
 /* ---- tag_counts: preprocess_arrow._tag_counts's dicts ---------------------------------- */
 
 static int compare_names(const void *a, const void *b) {
@@ -985,6 +1149,9 @@ static PyMethodDef methods[] = {
     {"prep_scan", prep_scan, METH_VARARGS,
      "prep_scan(data, offsets) -> ((row, closing, name, attrs, attr_start, end, "
      "self_closing), unsure): preprocess_arrow._scan's tag tokens."},
+    {"repair_status", repair_status, METH_VARARGS,
+     "repair_status(data, row, closing, name, attrs, attr_start, self_closing, n, known, "
+     "flat, opaque, answer) -> (python, answer_closed) per row."},
     {"tag_counts", tag_counts, METH_VARARGS,
      "tag_counts(rows, closing, names, n) -> per row, {name: count} of its openings."},
     {"trim", trim, METH_VARARGS,

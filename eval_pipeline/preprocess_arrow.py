@@ -196,6 +196,22 @@ def _repair_status(tags: _Tags, data: np.ndarray, n: int, tool_tags: list[str]
     decided on the known tags' sequence, for the shapes that need no repair or that one."""
     names = ("think", "result", "answer", "tool_param", *tool_tags)
     known = np.array(sorted({m.lower() for m in names}), dtype=f"S{_WINDOW}")
+    compiled = kernel()
+    if compiled is not None:  # the same walk, row by row in one pass
+        opaque_names = _opaque_names(tuple(tool_tags))
+        decoded = [s.decode() for s in known]
+        python_c, closed_c = compiled.repair_status(
+            np.ascontiguousarray(data), np.ascontiguousarray(tags.row, np.int64),
+            np.ascontiguousarray(tags.closing), np.ascontiguousarray(tags.name),
+            np.ascontiguousarray(tags.attrs, np.int64),
+            np.ascontiguousarray(tags.attr_start, np.int64),
+            np.ascontiguousarray(tags.self_closing), n, tuple(known.tolist()),
+            bytes(name in _FLAT_TAGS for name in decoded),
+            bytes(name in opaque_names for name in decoded),
+            decoded.index("answer"))
+        needs = np.frombuffer(python_c, np.bool_)
+        closed = np.frombuffer(closed_c, np.bool_)
+        return needs | tags.unsure, closed & ~needs & ~tags.unsure
     position = np.searchsorted(known, tags.name)
     position[position >= len(known)] = 0
     is_known = known[position] == tags.name

@@ -24,6 +24,7 @@ from eval_pipeline.clips_arrow import _char_lengths, _char_to_byte, clip_batch
 from eval_pipeline.formats import xml_arrow
 from eval_pipeline.preprocess import PreprocessConfig
 from eval_pipeline.preprocess_arrow import (
+    _repair_status,
     _scan,
     _stripped,
     _stripped_keys,
@@ -199,6 +200,35 @@ def test_preprocess_scan_of_sliced_and_small_strings() -> None:
         compiled, fallback = both(lambda data=data, offsets=offsets: _scan(data, offsets))
         for field in ("row", "closing", "name", "end", "unsure"):
             assert getattr(compiled, field).tolist() == getattr(fallback, field).tolist()
+
+
+REPAIR_FRAGMENTS = [
+    "<think>", "</think>", "<result>", "</result>", "<answer>", "</answer>", "<tool_param>",
+    "</tool_param>", "<browser_use>", "</browser_use>", "<microsandbox>", "</microsandbox>",
+    "</result >", "</result \u00a0>", "</result \u00e9>", "</result x>", "<result/>",
+    "<result a='1'>", "<think/>", "</think/>", "<answer/>", "<THINK>", "<Result>", "<br/>",
+    "<a>", "</a>", "x", "\u4e2d", " ", "\n",
+]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_repair_status_matches_numpy(seed: int) -> None:
+    rng = random.Random(400 + seed)
+    texts = ["".join(rng.choice(REPAIR_FRAGMENTS) for _ in range(rng.randint(0, 10)))
+             for _ in range(1500)]
+    for _ in range(500):  # well formed, so both answers are common
+        parts = [rng.choice(["<think>t</think>", "<result>r <think> q</result>",
+                             "<browser_use><a>1</a></browser_use>", "x", "<br/>",
+                             "<answer>a</answer>"]) for _ in range(rng.randint(0, 6))]
+        texts.append("".join(parts) + ("<answer>open" if rng.random() < 0.4 else ""))
+    data, offsets = utf8_bytes(pa.array(texts, pa.large_string()))
+    tags = _scan(data, offsets)
+    tool_tags = list(REGISTRY.tool_tags)
+    (python, closed), (python_numpy, closed_numpy) = both(
+        lambda: _repair_status(tags, data, len(texts), tool_tags))
+    assert python.tolist() == python_numpy.tolist()
+    assert closed.tolist() == closed_numpy.tolist()
+    assert 300 < int((~python).sum()) < len(texts) and closed.sum() > 50
 
 
 def _fnv(data: bytes) -> int:
