@@ -803,34 +803,47 @@ done:
 
 #define BLOCK 64
 
-/* Continuation bytes (10xxxxxx) before each BLOCK-byte block: one pass, eight bytes at a
- * time (a popcount of each word's continuation bits). */
+/* The continuation bits (10xxxxxx) of eight bytes, one per byte lane (0 or 1). */
+static inline uint64_t continuation_lanes(const unsigned char *d) {
+    uint64_t w;
+    memcpy(&w, d, 8);
+    return (w & ~(w << 1) & 0x8080808080808080ULL) >> 7;
+}
+
+/* The sum of the byte lanes (each lane at most 255 in total). */
+static inline int64_t lane_sum(uint64_t lanes) {
+    return (int64_t)((lanes * 0x0101010101010101ULL) >> 56);
+}
+
+/* Continuation bytes before each BLOCK-byte block: one pass, eight bytes at a time, the
+ * lanes summed once per block. */
 static int64_t *block_continuations(const unsigned char *d, Py_ssize_t size) {
     Py_ssize_t blocks = size / BLOCK + 1;
     int64_t *before = PyMem_Malloc((size_t)(blocks + 1) * sizeof(int64_t));
     if (!before) { PyErr_NoMemory(); return NULL; }
     int64_t count = 0;
-    Py_ssize_t i = 0;
-    for (Py_ssize_t blk = 0; blk < blocks; blk++) {
+    Py_ssize_t full = size / BLOCK;
+    for (Py_ssize_t blk = 0; blk < full; blk++) {
         before[blk] = count;
-        Py_ssize_t stop = (blk + 1) * BLOCK < size ? (blk + 1) * BLOCK : size;
-        for (; i + 8 <= stop; i += 8) {
-            uint64_t w;
-            memcpy(&w, d + i, 8);
-            uint64_t bits = (w & ~(w << 1) & 0x8080808080808080ULL) >> 7;
-            count += (int64_t)((bits * 0x0101010101010101ULL) >> 56);  /* sum of bytes */
-        }
-        for (; i < stop; i++) count += (d[i] & 0xC0) == 0x80;
+        const unsigned char *at = d + blk * BLOCK;
+        uint64_t lanes = 0;
+        for (int i = 0; i < BLOCK; i += 8) lanes += continuation_lanes(at + i);
+        count += lane_sum(lanes);
     }
+    before[full] = count;
+    for (Py_ssize_t i = full * BLOCK; i < size; i++) count += (d[i] & 0xC0) == 0x80;
     before[blocks] = count;
     return before;
 }
 
 static inline int64_t continuations_before(const unsigned char *d, const int64_t *before,
                                            Py_ssize_t p) {
-    Py_ssize_t blk = p / BLOCK;
-    int64_t count = before[blk];
-    for (Py_ssize_t i = blk * BLOCK; i < p; i++) count += (d[i] & 0xC0) == 0x80;
+    Py_ssize_t i = p / BLOCK * BLOCK;
+    int64_t count = before[p / BLOCK];
+    uint64_t lanes = 0;
+    for (; i + 8 <= p; i += 8) lanes += continuation_lanes(d + i);
+    count += lane_sum(lanes);
+    for (; i < p; i++) count += (d[i] & 0xC0) == 0x80;
     return count;
 }
 
