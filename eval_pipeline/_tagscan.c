@@ -415,6 +415,102 @@ done:
     return result;
 }
 
+/* ---- split_actions: xml_tags.split_action on ASCII edges -------------------------------- */
+
+/* [s, e) with ASCII whitespace stripped; 1 if an edge left may be non-ASCII whitespace
+ * (its lead byte is one such characters have: str.strip would decide). */
+static int strip_range(const unsigned char *d, int64_t *s, int64_t *e) {
+    while (*s < *e && PY_SPACE[d[*s]]) (*s)++;
+    while (*e > *s && PY_SPACE[d[*e - 1]]) (*e)--;
+    if (*s >= *e) return 0;
+    int64_t lead = *e - 1;
+    for (int k = 0; k < 3 && lead > *s && (d[lead] & 0xC0) == 0x80; k++) lead--;
+    return MAYBE_SPACE_LEAD[d[*s]] || MAYBE_SPACE_LEAD[d[lead]];
+}
+
+/* split_actions(data, starts, ends) -> (how, name_start, name_end, value_start, value_end)
+ *
+ * Per body data[starts[i]:ends[i]], xml_tags.split_action's reading of it: the regex
+ * ^\s*<([A-Za-z_][\w.-]*)(?:\s[^>]*)?>(.*?)</\1>\s*$ (DOTALL) then strip(). how: 1 the
+ * regex matches (the action name and the stripped body), 0 it does not (the value is the
+ * whole body stripped), 2 a non-ASCII byte where Python's Unicode \s, \w or strip() could
+ * read it otherwise: call split_action itself. */
+static PyObject *split_actions(PyObject *self, PyObject *args) {
+    Py_buffer data_b, start_b, end_b;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &data_b, &start_b, &end_b)) return NULL;
+    PyObject *result = NULL;
+    vec out[5] = {{0}};
+    Py_ssize_t m = start_b.len / 8;
+    if (check_i64(&start_b, m, "split_actions") < 0 || end_b.len != start_b.len) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "split_actions: bad arguments");
+        goto done;
+    }
+    const unsigned char *d = data_b.buf;
+    const int64_t *starts = start_b.buf, *ends = end_b.buf;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int64_t s = starts[i], e = ends[i];
+        if (s < 0 || e < s || e > data_b.len) {
+            PyErr_SetString(PyExc_IndexError, "split_actions: range outside the data");
+            goto fail;
+        }
+        int how = 0;
+        int64_t name_s = 0, name_e = 0, vs = s, ve = e;
+        int64_t p = s;
+        while (p < e && PY_SPACE[d[p]]) p++;
+        if (p < e && d[p] >= 0x80) {
+            how = 2;  /* Unicode whitespace before the '<'? */
+        } else if (p + 1 < e && d[p] == '<' && XML_FIRST[d[p + 1]]) {
+            name_s = p + 1;
+            int64_t q = name_s + 1;
+            while (q < e && (XML_NAME[d[q]])) q++;  /* [A-Za-z0-9_.-] */
+            name_e = q;
+            int64_t open_end = -1;
+            if (q < e && d[q] >= 0x80) {
+                how = 2;  /* a Unicode \w or \s after the name */
+            } else if (q < e && d[q] == '>') {
+                open_end = q + 1;
+            } else if (q < e && PY_SPACE[d[q]]) {
+                const unsigned char *gt = memchr(d + q, '>', (size_t)(e - q));
+                if (gt) open_end = gt - d + 1;
+            }
+            if (how != 2 && open_end >= 0) {
+                /* The closer: the string's end less trailing whitespace must be
+                 * "</name>", at or after the opening tag's end. */
+                int64_t t = e;
+                while (t > open_end && PY_SPACE[d[t - 1]]) t--;
+                int64_t len = name_e - name_s;
+                int64_t close_at = t - (len + 3);
+                if (t > open_end && d[t - 1] >= 0x80) {
+                    how = 2;  /* Unicode whitespace at the end? */
+                } else if (close_at >= open_end && d[close_at] == '<' && d[close_at + 1] == '/'
+                           && memcmp(d + close_at + 2, d + name_s, (size_t)len) == 0
+                           && d[t - 1] == '>') {
+                    how = 1;
+                    vs = open_end;
+                    ve = close_at;
+                }
+            }
+        } else if (p + 1 < e && d[p] == '<' && d[p + 1] >= 0x80) {
+            how = 0;  /* [A-Za-z_] is ASCII: no match */
+        }
+        if (how != 2 && strip_range(d, &vs, &ve)) how = 2;
+        PUSH(out[0], uint8_t, (uint8_t)how);
+        PUSH(out[1], int64_t, name_s);
+        PUSH(out[2], int64_t, name_e);
+        PUSH(out[3], int64_t, vs);
+        PUSH(out[4], int64_t, ve);
+    }
+    result = vecs_tuple(out, 5);
+    goto done;
+fail:
+    for (int i = 0; i < 5; i++) vec_free(&out[i]);
+done:
+    PyBuffer_Release(&data_b);
+    PyBuffer_Release(&start_b);
+    PyBuffer_Release(&end_b);
+    return result;
+}
+
 /* ---- prep_scan: preprocess_arrow._scan's tag tokens ------------------------------------ */
 
 #define PREP_WINDOW 32
@@ -1159,6 +1255,9 @@ static PyMethodDef methods[] = {
      "xml_pair(lt, rec, closing, taglike, run, term, exact_id, loose, name_hash, "
      "self_closing, n, answer, tool_call) -> (bad, (top_pos, top_name, top_close, top_rec, "
      "top_end, lim_pos, lim_rec, lim_end, lim_limit, orphan_pos, orphan_rec, orphan_name))"},
+    {"split_actions", split_actions, METH_VARARGS,
+     "split_actions(data, starts, ends) -> (how, name_start, name_end, value_start, "
+     "value_end): xml_tags.split_action of each body, 2 where Python must read it."},
     {"prep_scan", prep_scan, METH_VARARGS,
      "prep_scan(data, offsets) -> ((row, closing, name, attrs, attr_start, end, "
      "self_closing), unsure): preprocess_arrow._scan's tag tokens."},

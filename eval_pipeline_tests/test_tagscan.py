@@ -132,6 +132,45 @@ def test_xml_pairs_match_numpy(seed: int) -> None:
     assert steps.unknown == steps_numpy.unknown
 
 
+BODY_PARTS = [
+    "<a>", "</a>", "<A>", "</A>", "<a.b-c>", "</a.b-c>", "<a x='1'>", "<a\n>", "<a\x1c>",
+    "<a/>", "<_u>", "</_u>", "<1>", "<\u00e9>", "<a\u00e9>", "</a\u00e9>", "<a\u3000>", "<",
+    ">", "</", "x", "code()", "\u4e2d", " ", "\n", "\t", "\x1c", "\u00a0", "\u3000", "\u2003",
+    "\u0085", "\U0001f600", "<microsandbox_execute>", "</microsandbox_execute>",
+]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_split_actions_match_split_action(seed: int) -> None:
+    """The kernel's reading of the tool bodies is ``split_action``'s: the same action names
+    and values (the ones it leaves to Python included)."""
+    rng = random.Random(600 + seed)
+    bodies = ["".join(rng.choice(BODY_PARTS) for _ in range(rng.randint(0, 9)))
+              for _ in range(3000)]
+    for _ in range(1000):  # well formed, with whitespace of every kind around
+        pad = [rng.choice(["", " ", "\n", "\x1c", "\u3000", "\u00a0", "\u4e2d", "x"])
+               for _ in range(4)]
+        name = rng.choice(["a", "microsandbox_execute", "a.b-c", "Q"])
+        bodies.append(f"{pad[0]}<{name}>{pad[1]}code{pad[2]}</{name}>{pad[3]}")
+    bodies += ["", "<a></a>", "<a>x</a> </a>", "<a </a>", "<a>", "  <a>\n</a>\n"]
+    array = pa.array(bodies, pa.large_string())
+    data = array.buffers()[2]
+    offsets = np.frombuffer(array.buffers()[1], np.int64)[:len(bodies) + 1]
+    expected = [xml_arrow.split_action(b) for b in bodies]
+    with tagscan.use_kernel(True):
+        pairs, values = xml_arrow._split_actions(data, offsets[:-1], offsets[1:])
+    assert values is not None
+    assert [a for a, _ in pairs] == [a for a, _ in expected]
+    assert values.to_pylist() == [v for _, v in expected]
+    with tagscan.use_kernel(False):
+        assert xml_arrow._split_actions(data, offsets[:-1], offsets[1:]) == (expected, None)
+    assert sum(a is not None for a, _ in expected) > 400
+    assert tagscan.BUILT is not None
+    how = np.frombuffer(tagscan.BUILT.split_actions(
+        np.frombuffer(data, np.uint8), offsets[:-1].copy(), offsets[1:].copy())[0], np.uint8)
+    assert (how == 1).sum() > 100 and (how == 2).sum() < len(bodies) / 2  # mostly in C
+
+
 def test_xml_candidates_at_the_very_end_and_empty() -> None:
     for texts in (["<think>"], ["abc", "</think>"], ["<"], ["x<"], ["</"], [""], ["", ""],
                   ["<think>\u00e9"], ["\u00e9<think>"], ["<thin"], ["<" + "a" * 32]):

@@ -771,18 +771,17 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     tool_rows = np.flatnonzero(is_tool)
     call_names: list[str] = []
     call_types: list[str] = []
-    call_inputs: list[str] = []
+    call_inputs: list[str | None] = []
+    inputs: pa.Array | None = None
     if len(tool_rows):
-        # The bodies, taken from the buffer as the step texts are (not via a str per
-        # response); the action tag inside is read by the Python function the reading uses.
-        bodies = _gather(data, e_open_end[el[tool_rows]], e_body_end[el[tool_rows]])
+        body_start, body_end = e_open_end[el[tool_rows]], e_body_end[el[tool_rows]]
+        actions, inputs = _split_actions(data, body_start, body_end)
         unknown_sets: dict[int, set[str]] = {}
         type_of_tag = registry.tool_type_for_tag
         type_of_name = registry.tool_type_for_name
-        for r, body, nm in zip(g_rec[tool_rows].tolist(), bodies.to_pylist(),
-                               name[tool_rows].tolist(), strict=True):
+        for r, (action, value), nm in zip(g_rec[tool_rows].tolist(), actions,
+                                          name[tool_rows].tolist(), strict=True):
             tag = tags[nm]
-            action, value = split_action(body)
             kind_of = type_of_tag(tag)
             if kind_of == GENERIC_TOOL_TYPE:
                 kind_of = type_of_name(action or tag)
@@ -801,7 +800,8 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     at_name = pa.array(spread_names, mask=spread_names < 0)
     tool_name = pa.array([*call_names, "tool_param"], pa.large_string()).take(at_name)
     tool_type = pa.array(call_types, pa.large_string()).take(at_call)
-    tool_input = pa.array(call_inputs, pa.large_string()).take(at_call)
+    tool_input = (inputs if inputs is not None
+                  else pa.array(call_inputs, pa.large_string())).take(at_call)
 
     notes: list[list[str]] = [[] for _ in range(n)]
     for r, note, at_char in zip(noted_rec.tolist(), noted_text, noted_char.tolist(),
@@ -828,6 +828,41 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     steps = pa.ListArray.from_arrays(pa.array(list_offsets), struct,
                                      type=pa.list_(STEP_ARROW_TYPE))
     return ArrowSteps(ok, steps, notes, unknown, array, encoded)
+
+
+def _split_actions(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray
+                   ) -> tuple[list[tuple[str | None, str | None]], pa.Array | None]:
+    """:func:`split_action` of the tool bodies ``data[starts[i]:ends[i]]``: each body's
+    (action name, value), and the values as one large_string array (None: the values are
+    the pairs' second items). The C kernel reads the bodies whose edges are ASCII in one pass
+    (their values taken from the buffer, not made Python strings: the pairs' values are
+    None then); Python's ``split_action`` reads the rest, and every body without it."""
+    compiled = kernel()
+    if compiled is None:
+        bodies = _gather(data, starts, ends).to_pylist()
+        return [split_action(body) for body in bodies], None
+    view = np.frombuffer(data, np.uint8)
+    how_b, name_s, name_e, value_s, value_e = compiled.split_actions(
+        view, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64))
+    how = np.frombuffer(how_b, np.uint8)
+    value_start = np.frombuffer(value_s, np.int64).copy()
+    value_end = np.frombuffer(value_e, np.int64).copy()
+    names = [bytes(view[a:b]).decode() if h == 1 else None
+             for h, a, b in zip(how.tolist(), np.frombuffer(name_s, np.int64).tolist(),
+                                np.frombuffer(name_e, np.int64).tolist(), strict=True)]
+    pairs: list[tuple[str | None, str | None]] = [(nm, None) for nm in names]
+    unsure = np.flatnonzero(how == 2)
+    if not len(unsure):
+        return pairs, _gather(data, value_start, value_end)
+    read = [split_action(bytes(view[starts[i]:ends[i]]).decode()) for i in unsure.tolist()]
+    for i, pair in zip(unsure.tolist(), read, strict=True):
+        pairs[i] = pair
+    value_end[unsure] = value_start[unsure]  # empty here, Python's values appended
+    taken = np.arange(len(starts))
+    taken[unsure] = len(starts) + np.arange(len(unsure))
+    values = pa.concat_arrays([_gather(data, value_start, value_end),
+                               pa.array([v for _, v in read], pa.large_string())])
+    return pairs, values.take(pa.array(taken))
 
 
 class ArrowParseResult(ParseResult):
