@@ -1042,6 +1042,11 @@ static PyObject *char_to_byte(PyObject *self, PyObject *args) {
         }
         int64_t base = offsets[rows[i]];
         int64_t target = base - continuations_before(d, before, base) + chars[i];
+        if (target < 0) {
+            Py_CLEAR(out);
+            PyErr_SetString(PyExc_IndexError, "char_to_byte: character before the data");
+            goto done;
+        }
         if (target >= total_chars) {
             o[i] = size + (target - total_chars);
             continue;

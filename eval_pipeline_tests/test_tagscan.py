@@ -349,3 +349,26 @@ def test_use_kernel_switches_and_restores() -> None:
             assert tagscan.kernel() is tagscan.BUILT
         assert tagscan.kernel() is None
     assert tagscan.kernel() is before
+
+
+def test_the_kernel_refuses_ranges_outside_its_buffers() -> None:
+    """Bad offsets raise instead of reading outside the buffer."""
+    compiled = tagscan.BUILT
+    assert compiled is not None
+    data = np.frombuffer("abc\u00e9def".encode(), np.uint8)
+    one, five = np.array([0], np.int64), np.array([5], np.int64)
+    with pytest.raises(IndexError):
+        compiled.char_to_byte(data, np.array([0, 8], np.int64), one, np.array([-1], np.int64))
+    with pytest.raises(IndexError):
+        compiled.trim(data, one, np.array([20], np.int64))
+    with pytest.raises(IndexError):
+        compiled.gather(data, five, np.array([2], np.int64))
+    with pytest.raises(IndexError):
+        compiled.continuation_before(data, np.array([9], np.int64))
+    with pytest.raises(IndexError):
+        compiled.split_actions(data, one, np.array([9], np.int64))
+    with pytest.raises((IndexError, ValueError)):
+        compiled.join_groups(data, np.array([0, 8], np.int64), five, np.array([0], np.int64),
+                             1, b"\n")
+    with pytest.raises(ValueError):
+        compiled.xml_scan(data, 20, np.array([0, 8], np.int64), (b"think",))
