@@ -11,7 +11,8 @@ is not ASCII), and the thoughts, results and answers of a clip are joined by Arr
 
 Responses this does not cut the way ``segment_rows`` does (offsets that do not increase or
 fall outside the text, labelled steps, no steps at all) are left to ``segment_rows``
-(``fast`` is False for them): the caller's fallback.
+(``fast`` is False for them): the caller's fallback. The character offsets, lengths and
+the joins run in the C kernel (``_tagscan.c``) when it is built (:mod:`eval_pipeline.tagscan`).
 """
 
 from __future__ import annotations

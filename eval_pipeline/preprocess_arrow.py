@@ -18,6 +18,10 @@ the results are ``screen``'s by construction, not by imitation of its every bran
 - consecutive calls can only be identical (``call_identity``) when their text without tags
   and whitespace is equal (``_stripped``); only such pairs are compared in Python;
 - ``_tag_counts`` from the same tokens, grouped with numpy.
+
+The token scan, the repair walk, the tag counts and the stripped-text comparison run in
+the C kernel (``_tagscan.c``) when it is built, in numpy and Arrow when not: the same
+results (:mod:`eval_pipeline.tagscan`).
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ Here the batch's responses go into one Arrow string array, the known tags (``<th
 ``</result>``, the registry's tool tags ...) are found with numpy on its UTF-8 buffer, and
 the steps of every response that is *simply* well formed are cut as offsets into that
 buffer: the step texts are taken from it by one Arrow ``take``, no Python string per step.
+The scans, the nesting checks, the trims and the offsets run in the C kernel
+(``_tagscan.c``, one pass each) when it is built, in numpy when not: the same arrays
+(:mod:`eval_pipeline.tagscan`).
 
 "Simply well formed" is a condition checked per response that implies the Python reading
 (``_read_well_formed``, or the tag scan ``_read_tags`` where that gives up) reads it as done
