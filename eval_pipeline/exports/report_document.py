@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from eval_pipeline.atomic import replace_folder, write_atomic
+from eval_pipeline.exports.pieces import Pieces
 from eval_pipeline.rubrics import EVAL_KIND_CLIP
 
 REPORT_MD = "report.md"
@@ -623,7 +624,7 @@ class ReportBuilder:
     def __init__(self, judges: Sequence[str]) -> None:
         self.scores = ClipScores(judges)
         self.stability = StabilityFigures()
-        self._agreement: list[pd.DataFrame] = []
+        self._agreement: Pieces[pd.DataFrame] = Pieces()
         self._review: list[dict[str, Any]] = []
         self._review_total = 0
 
@@ -643,8 +644,7 @@ class ReportBuilder:
         self.stability.add(judgments)
 
     def finish(self, report: pd.DataFrame | None, routing_text: str | None) -> ReportData:
-        agreement = (pd.concat(self._agreement, ignore_index=True) if len(self._agreement) > 1
-                     else self._agreement[0] if self._agreement else None)
+        agreement = self._agreement.joined()
         return ReportData(report=report, agreement=agreement, review=self._review,
                           review_total=self._review_total, judge_text=self.scores.texts,
                           scores=self.scores.frame(), lowest=self.scores.lowest(),

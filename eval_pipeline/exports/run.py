@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,6 +69,7 @@ from eval_pipeline.exports.phoenix import (
     annotation_frame,
     eval_frame,
 )
+from eval_pipeline.exports.pieces import Pieces
 from eval_pipeline.exports.react_metrics import REACT_METRICS_FILE, react_metrics_text
 from eval_pipeline.exports.report_document import ReportBuilder, write_report_files
 from eval_pipeline.exports.run_figures import FIGURE_COLUMNS, JUDGMENTS_PREFIX, RunFigures
@@ -183,8 +185,9 @@ class _Export:
                             for kind in EVAL_NAMES for source in ("averaged", "summaries")}
         self.annotation_spools = {stream: Spool(work, f"annotations.{i}")
                                   for i, stream in enumerate(self.annotations.streams)}
-        self.report_rows: dict[str, tuple[list[pd.DataFrame], list[tuple[bytes, int]]]] = {}
-        self.routing: list[pd.DataFrame] = []
+        self.report_rows: Pieces[pd.DataFrame] = Pieces()
+        self.report_metas: dict[str, list[tuple[bytes, int]]] = {}
+        self.routing: Pieces[pd.DataFrame] = Pieces()
         self.prompts: dict[Any, Any] = {}
 
     # -- the first pass: every table of every batch, in the run's order ------------------
@@ -268,10 +271,12 @@ class _Export:
             return
         small = [c for c in REPORT_INPUT_COLUMNS
                  if c != "evaluation_metadata" and c in summaries.columns]
+        batches = summaries["batch"]
+        kept = batches.notna()  # as groupby drops them
+        self.report_rows.append(summaries.loc[kept, [*small, "batch"]].reset_index(drop=True))
         for batch, frame in summaries.groupby("batch", sort=True):
-            frames, blobs = self.report_rows.setdefault(str(batch), ([], []))
-            frames.append(frame[small].reset_index(drop=True))
-            blobs.append(_pack(frame["evaluation_metadata"].tolist()))
+            self.report_metas.setdefault(str(batch), []).append(
+                _pack(frame["evaluation_metadata"].tolist()))
 
     # -- after the first pass: the files joined from their parts -------------------------
 
@@ -359,16 +364,21 @@ class _Export:
         """``build_report`` over this run's summaries: a row per batch (in name order),
         then ALL over every batch's trajectories in that order."""
         rows = []
-        frames: list[pd.DataFrame] = []
-        blobs: list[tuple[bytes, int]] = []
-        for batch in sorted(self.report_rows):
-            pieces, packed = self.report_rows[batch]
-            frame = pd.concat(pieces, ignore_index=True) if len(pieces) > 1 else pieces[0]
-            rows.append(report_row(batch, frame, list(_Metas(packed))))
-            frames.append(frame)
-            blobs += packed
-        if frames:
-            everything = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        kept = self.report_rows.joined()
+        if kept is not None and len(kept):
+            names = np.array([str(b) for b in kept["batch"]], dtype=object)
+            order = np.argsort(names, kind="stable")  # batch by batch, rows as they came
+            everything = kept.drop(columns="batch").take(order).reset_index(drop=True)
+            names = names[order]
+            starts = np.flatnonzero(np.r_[True, names[1:] != names[:-1]])
+            ends = np.r_[starts[1:], len(names)]
+            blobs: list[tuple[bytes, int]] = []
+            for start, end in zip(starts, ends, strict=True):
+                batch = str(names[start])
+                packed = self.report_metas[batch]
+                frame = everything.iloc[start:end].reset_index(drop=True)
+                rows.append(report_row(batch, frame, list(_Metas(packed))))
+                blobs += packed
             rows.append(report_row("ALL", everything, _Metas(blobs)))
         return pd.DataFrame(rows, columns=REPORT_COLUMNS)
 
@@ -377,8 +387,8 @@ class _Export:
             return None
         from eval_pipeline.routing import render_report, results_from_table
 
-        routing = pd.concat(self.routing, ignore_index=True) if len(self.routing) > 1 \
-            else self.routing[0]
+        routing = self.routing.joined()
+        assert routing is not None  # not empty: checked above
         return render_report(results_from_table(routing, self.prompts))
 
     # -- the second pass: evaluated.jsonl in the order the previous code sorted it --------

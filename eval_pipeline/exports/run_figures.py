@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from eval_pipeline.exports.pieces import Pieces
 from eval_pipeline.preprocess import PreprocessStats
 
 JUDGMENTS_PREFIX = "judgments__"
@@ -37,8 +38,9 @@ def _present(values: Iterable[Any]) -> list[Any]:
     return [v for v in values if v is not None and not (isinstance(v, float) and v != v)]
 
 
-def _joined(pieces: list[pd.Series]) -> pd.Series:
-    return pd.concat(pieces, ignore_index=True) if pieces else pd.Series(dtype="float64")
+def _joined(pieces: Pieces[pd.Series] | None) -> pd.Series:
+    joined = pieces.joined() if pieces is not None else None
+    return joined if joined is not None else pd.Series(dtype="float64")
 
 
 @dataclass
@@ -51,7 +53,7 @@ class JudgeFigures:
     cached: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
-    costs: list[pd.Series] = field(default_factory=list)
+    costs: Pieces[pd.Series] = field(default_factory=Pieces)
     first_error: str | None = None
     first_breaker: str | None = None
 
@@ -74,8 +76,8 @@ class RunFigures:
     clip_tools: Counter[Any] = field(default_factory=Counter)
     judges: dict[str, JudgeFigures] = field(default_factory=dict)
     routing_passed: int = 0
-    partial_credit: list[pd.Series] | None = None
-    scores: list[pd.Series] = field(default_factory=list)
+    partial_credit: Pieces[pd.Series] | None = None
+    scores: Pieces[pd.Series] = field(default_factory=Pieces)
     format_corrected: int = 0
     has_format_corrected: bool = False
     report_overall: dict[str, Any] | None = None
@@ -111,7 +113,9 @@ class RunFigures:
         elif name == "routing_checks":
             self.routing_passed += int(frame["passed"].sum())
             if "partial_credit" in frame.columns:
-                self.partial_credit = [*(self.partial_credit or []), frame["partial_credit"]]
+                if self.partial_credit is None:
+                    self.partial_credit = Pieces()
+                self.partial_credit.append(frame["partial_credit"])
         elif name == "trajectory_summaries":
             self.scores.append(frame["overall_trajectory_score"].dropna())
         elif name.startswith(JUDGMENTS_PREFIX):

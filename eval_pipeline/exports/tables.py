@@ -40,6 +40,10 @@ ROW_GROUP_BYTES = 4 * 2**20
 """Batches are gathered up to about this many bytes (Arrow, in memory) per row group of an
 exported file: a batch of ten trajectories is far smaller than a useful row group, and the
 cap keeps what is held while writing independent of the drop."""
+ROW_GROUP_TABLES = 256
+"""...or up to this many batches' tables, whichever comes first: a table of a few rows per batch
+(quarantine, routing checks) would otherwise hold every batch's Arrow objects, each with
+its own schema and pandas metadata, until the run's end (#12.3)."""
 _PANDAS = b"pandas"
 
 
@@ -71,7 +75,13 @@ def open_part(path: StorePath, key: str) -> Part | None:
     except FileNotFoundError:
         return None
     schema = meta.schema.to_arrow_schema()
+    # one object per distinct schema: a run's thousands of parts share a handful, each
+    # with its pandas metadata (a few KiB) kept until the export ends
+    schema = _SCHEMAS.setdefault(schema, schema)
     return Part(key, path, meta.num_rows, schema, _columns_with_nulls(path, meta, schema))
+
+
+_SCHEMAS: dict[pa.Schema, pa.Schema] = {}
 
 
 def _columns_with_nulls(path: StorePath, meta: pq.FileMetaData, schema: pa.Schema
@@ -280,7 +290,7 @@ class ConcatWriter:
         self._held.append(table)
         self._size += table.nbytes
         self._rows += table.num_rows
-        if self._size >= ROW_GROUP_BYTES:
+        if self._size >= ROW_GROUP_BYTES or len(self._held) >= ROW_GROUP_TABLES:
             self._flush()
 
     def _flush(self) -> None:
