@@ -22,7 +22,12 @@ from pydantic import BaseModel, Field
 
 from eval_pipeline.clips import Clip, ClipRow, segment_rows
 from eval_pipeline.clips_arrow import clip_batch
-from eval_pipeline.formats import ArrowParseResult, parse_file, row_reparser
+from eval_pipeline.formats import (
+    ArrowColumnsResult,
+    ArrowParseResult,
+    parse_file,
+    row_reparser,
+)
 from eval_pipeline.judges.base import ClipTask, ClipView
 from eval_pipeline.models import (
     STEP_ARROW_TYPE,
@@ -110,23 +115,50 @@ def read_batch(path: Path, manifest: BatchManifest | None, batch: str,
     def original(line: int) -> int:
         return lines[line - 1] if lines and 0 < line <= len(lines) else line
 
-    raw = parsed.rows
-    if lines:
-        # Ids and lines of a split batch point at the drop, so they survive re-splitting.
-        stem = Path(source_file).stem
-        for row in raw:
-            line = original(row["source_line"])
-            digest = row["trajectory_id"].rsplit(":", 1)[-1]
-            row["source_line"] = line
-            row["trajectory_id"] = f"{stem}:{line}:{digest}"
     quarantined = [q.model_copy(update={"source_line": original(q.source_line)}).model_dump()
                    for q in parsed.quarantined]
-    arrow = parsed if isinstance(parsed, ArrowParseResult) else None
-    frame = _frame(raw, list(Trajectory.model_fields),
-                   {} if arrow is None else {"steps": arrow.steps,
-                                             "raw_response": arrow.responses})
+    fields = list(Trajectory.model_fields)
+    if isinstance(parsed, ArrowColumnsResult):
+        columns = parsed.columns
+        if lines:
+            # Ids and lines of a split batch point at the drop, so they survive re-splitting.
+            stem = Path(source_file).stem
+            at = [original(line) for line in columns["source_line"]]
+            columns["trajectory_id"] = [
+                f"{stem}:{line}:{tid.rsplit(':', 1)[-1]}"
+                for line, tid in zip(at, columns["trajectory_id"], strict=True)]
+            columns["source_line"] = at
+        frame = _columns_frame(
+            {c: _frame_values(c, columns[c]) for c in fields}, fields)
+    else:
+        raw = parsed.rows
+        if lines:
+            stem = Path(source_file).stem
+            for row in raw:
+                line = original(row["source_line"])
+                digest = row["trajectory_id"].rsplit(":", 1)[-1]
+                row["source_line"] = line
+                row["trajectory_id"] = f"{stem}:{line}:{digest}"
+        arrow = parsed if isinstance(parsed, ArrowParseResult) else None
+        frame = _frame(raw, fields, {} if arrow is None else {
+            "steps": arrow.steps, "raw_response": arrow.responses})
     return (with_arrow_steps(frame),
             pd.DataFrame(quarantined, columns=QUARANTINE_COLUMNS))
+
+
+def _frame_values(column: str, values: Any) -> Any:
+    """A column of an :class:`ArrowColumnsResult` as the frame takes it: the steps as
+    ``STEPS_DTYPE``, Arrow strings as ``str`` (the dtype and values pandas makes of the
+    same Python strings, a null as NaN), lists and numpy arrays as they are."""
+    if column == "steps":
+        return pd.arrays.ArrowExtensionArray(steps_array(values))
+    if isinstance(values, pa.Array | pa.ChunkedArray):
+        if values.type != pa.large_string():
+            values = values.cast(pa.large_string())
+        if isinstance(values, pa.Array):
+            values = pa.chunked_array([values])
+        return pd.arrays.ArrowStringArray(values, dtype=_STR)  # type: ignore[call-arg]
+    return values
 
 
 _STR = pd.Series([""]).dtype

@@ -45,6 +45,18 @@ def trajectory_id(source_file: str, index: int, content: str | bytes) -> str:
     return f"{file_stem(source_file)}:{index}:{digest}"
 
 
+def line_ids(source_file: str, data: bytes, starts: list[int], ends: list[int]
+             ) -> list[str]:
+    """:func:`trajectory_id` of each record ``i`` whose line is ``data[starts[i]:ends[i]]``
+    (its index ``i``): the same digests, each over a view of the buffer instead of a
+    bytes object cut from it."""
+    stem = file_stem(source_file)
+    view = memoryview(data)
+    sha256 = hashlib.sha256
+    return [f"{stem}:{i}:{sha256(view[start:end]).hexdigest()[:12]}"
+            for i, (start, end) in enumerate(zip(starts, ends, strict=True))]
+
+
 @lru_cache(maxsize=64)
 def file_stem(source_file: str) -> str:
     """A ``Path`` per record cost a fifth of building the trajectory."""
