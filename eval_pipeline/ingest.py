@@ -28,6 +28,7 @@ from eval_pipeline.formats import (
     parse_file,
     row_reparser,
 )
+from eval_pipeline.formats.base import one_array
 from eval_pipeline.judges.base import ClipTask, ClipView
 from eval_pipeline.models import (
     STEP_ARROW_TYPE,
@@ -269,7 +270,7 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
     stats = summarize_findings([d[0] for d in decided], [d[1] for d in decided],
                                duplicates, fixes)
     kept_idx = [i for i, (reason, _flags) in enumerate(decided) if reason is None]
-    removed = _removed_rows(columns, [i for i, d in enumerate(decided) if d[0] is not None],
+    removed = _removed_rows(raw, [i for i, d in enumerate(decided) if d[0] is not None],
                             decided, counts, duplicates)
     if not kept_idx:  # the empty table keeps object columns, as pandas makes it from []
         return pd.DataFrame([], columns=fields + PREPROCESSED_EXTRA), removed, stats
@@ -325,17 +326,28 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
     return _columns_frame(out, fields + PREPROCESSED_EXTRA), removed, stats
 
 
-def _removed_rows(columns: _PythonColumns, rows: list[int],
+def _removed_rows(frame: pd.DataFrame, rows: list[int],
                   decided: list[tuple[str | None, list[str]]], counts: list[int],
                   duplicates: list[list[str]]) -> pd.DataFrame:
-    """The preprocess report: one row per removed trajectory, with why."""
+    """The preprocess report: one row per removed trajectory, with why (only those rows'
+    ids converted to Python, not the whole columns)."""
+    at = np.array(rows, np.int64)
+    ids = {c: _python_values(frame, c, at)
+           for c in ("trajectory_id", "batch", "task_id", "source_file", "source_line")}
     return pd.DataFrame([{
-        "trajectory_id": columns["trajectory_id"][i], "batch": columns["batch"][i],
-        "task_id": columns["task_id"][i], "source_file": columns["source_file"][i],
-        "source_line": columns["source_line"][i], "reason": decided[i][0],
+        "trajectory_id": ids["trajectory_id"][j], "batch": ids["batch"][j],
+        "task_id": ids["task_id"][j], "source_file": ids["source_file"][j],
+        "source_line": ids["source_line"][j], "reason": decided[i][0],
         "detail": "; ".join(decided[i][1]), "tool_call_count": counts[i],
         "duplicate_calls": json.dumps(duplicates[i], ensure_ascii=False),
-    } for i in rows], columns=REPORT_COLUMNS)
+    } for j, i in enumerate(rows)], columns=REPORT_COLUMNS)
+
+
+def _python_values(frame: pd.DataFrame, column: str, rows: np.ndarray) -> list[Any]:
+    """:class:`_PythonColumns`' values of ``column`` at ``rows`` only."""
+    if column not in frame.columns:
+        return [None] * len(rows)
+    return [_na_to_none(v) for v in frame[column].take(rows).tolist()]
 
 
 def _passed_through(frame: pd.DataFrame, columns: _PythonColumns, column: str,
@@ -416,7 +428,7 @@ def _steps_list_array(raw: pd.DataFrame, n: int) -> pa.ListArray | None:
     if "steps" not in raw.columns:
         return None
     values = raw["steps"].array.__arrow_array__()
-    array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    array = one_array(values)
     assert len(array) == n
     return array
 
@@ -526,7 +538,7 @@ def _arrow_strings(frame: pd.DataFrame, column: str, nulls: bool = False) -> pa.
             not nulls and frame[column].hasnans):
         return None
     values = pa.array(frame[column].array)
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    return one_array(values)
 
 
 def _taken_strings(frame: pd.DataFrame, column: str, rows: list[int] | np.ndarray
@@ -668,7 +680,10 @@ def clips_table(preprocessed: pd.DataFrame, *, kernels: bool | None = None) -> p
             values = values.take(take)
         return pd.Series(pd.array(values, dtype=_STR))
 
-    def plain(name: str, values: np.ndarray | list[Any]) -> list[Any]:
+    def plain(name: str, values: np.ndarray | list[Any]) -> list[Any] | np.ndarray:
+        if not python_rows and isinstance(values, np.ndarray) and values.dtype.kind in "biu":
+            # The dtype pandas infers from the Python ints or bools, without them.
+            return values if values.dtype.kind == "b" else values.astype(np.int64)
         merged = list(values.tolist() if isinstance(values, np.ndarray) else values)
         merged += list(by_name[name])
         return merged if order is None else [merged[j] for j in order.tolist()]

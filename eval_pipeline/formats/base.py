@@ -21,6 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import IO, Any, ClassVar, Protocol
 
+import pyarrow as pa
+
 from eval_pipeline.models import ParseResult, QuarantinedRecord, Trajectory
 from eval_pipeline.tool_registry import ToolRegistry, default_registry
 
@@ -43,6 +45,15 @@ def trajectory_id(source_file: str, index: int, content: str | bytes) -> str:
                                                                      errors="replace")
     digest = hashlib.sha256(data).hexdigest()[:12]
     return f"{file_stem(source_file)}:{index}:{digest}"
+
+
+def one_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``values`` as one array: its only chunk as it is, more chunks joined.
+    (``ChunkedArray.combine_chunks`` copies even a single chunk: a copy of every response
+    or step of a batch each time a stage took its column, #12.1.)"""
+    if isinstance(values, pa.Array):
+        return values
+    return values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
 
 
 def line_ids(source_file: str, data: bytes, starts: list[int], ends: list[int]
