@@ -347,7 +347,7 @@ def _python_values(frame: pd.DataFrame, column: str, rows: np.ndarray) -> list[A
     """:class:`_PythonColumns`' values of ``column`` at ``rows`` only."""
     if column not in frame.columns:
         return [None] * len(rows)
-    return [_na_to_none(v) for v in frame[column].take(rows).tolist()]
+    return [_na_to_none(v) for v in frame[column].array.take(rows).tolist()]
 
 
 def _passed_through(frame: pd.DataFrame, columns: _PythonColumns, column: str,
@@ -458,12 +458,14 @@ def _screen_batch(raw: pd.DataFrame, response: pa.Array | None, steps: pa.ListAr
         offsets = steps.offsets.to_numpy()
         last = offsets[closed + 1] - 1
         flat = steps.values
-        kinds = flat.field("kind").take(pa.array(np.maximum(last, 0))).to_pylist()
-        ends = flat.field("end").take(pa.array(np.maximum(last, 0))).to_numpy(
-            zero_copy_only=False)
-        lengths = pc.utf8_length(response.take(pa.array(closed))).to_numpy()
-        ok = ((offsets[closed + 1] > offsets[closed]) & (np.array(kinds) == "answer")
-              & (ends == lengths))
+        at = pa.array(np.maximum(last, 0))
+        answer = pc.fill_null(pc.equal(flat.field("kind").take(at), "answer"),
+                              False).to_numpy(zero_copy_only=False)
+        ends = flat.field("end").take(at).to_numpy(zero_copy_only=False)
+        # Every response's length, read in place: taking the closed ones first copied
+        # most of the batch's text (four responses in five are closed at the end).
+        lengths = pc.utf8_length(response).to_numpy(zero_copy_only=False)[closed]
+        ok = (offsets[closed + 1] > offsets[closed]) & answer & (ends == lengths)
         batch.fast[closed[~ok]] = False
         batch.answer_closed[closed[~ok]] = False
     batch.answer_closed &= batch.fast
