@@ -9,10 +9,10 @@ from __future__ import annotations
 import fnmatch
 import json
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import pandas as pd
@@ -257,16 +257,18 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
     repaired_texts: dict[int, tuple[str, str]] = {}  # row -> (text, repaired)
     for i in slow:
         text = texts[i] if response is None else response[i].as_py()
-        rows = _step_rows(steps[i].as_py() if steps is not None else None)
-        found = screen(text, rows, config, registry, reparsers[rules[i]])
+        found = screen(text, _RowSteps(steps, i), config, registry, reparsers[rules[i]])
         counts[i], duplicates[i], tags[i] = (found.tool_call_count, found.duplicate_calls,
                                              found.tag_analysis)
         fixes[i] = found.format_fixes
         if found.steps is not None:
             python_steps[i] = found.steps
             repaired_texts[i] = (text, found.text)
-    decided = [decide(count, found, config) for count, found in zip(counts, duplicates,
-                                                                     strict=True)]
+    # decide() depends on the count and the duplicates' number only: once per pair.
+    decisions: dict[tuple[int, int], tuple[str | None, list[str]]] = {}
+    decided = [decisions.get((count, len(found))) or decisions.setdefault(
+                   (count, len(found)), decide(count, found, config))
+               for count, found in zip(counts, duplicates, strict=True)]
     stats = summarize_findings([d[0] for d in decided], [d[1] for d in decided],
                                duplicates, fixes)
     kept_idx = [i for i, (reason, _flags) in enumerate(decided) if reason is None]
@@ -330,24 +332,64 @@ def _removed_rows(frame: pd.DataFrame, rows: list[int],
                   decided: list[tuple[str | None, list[str]]], counts: list[int],
                   duplicates: list[list[str]]) -> pd.DataFrame:
     """The preprocess report: one row per removed trajectory, with why (only those rows'
-    ids converted to Python, not the whole columns)."""
+    ids converted to Python, not the whole columns). Handed to pandas as columns: the
+    frame pandas makes of one dict per row (``test_stage_digests``), and the empty one
+    as it makes it of none (object columns)."""
+    if not rows:
+        return pd.DataFrame([], columns=REPORT_COLUMNS)
     at = np.array(rows, np.int64)
-    ids = {c: _python_values(frame, c, at)
-           for c in ("trajectory_id", "batch", "task_id", "source_file", "source_line")}
-    return pd.DataFrame([{
-        "trajectory_id": ids["trajectory_id"][j], "batch": ids["batch"][j],
-        "task_id": ids["task_id"][j], "source_file": ids["source_file"][j],
-        "source_line": ids["source_line"][j], "reason": decided[i][0],
-        "detail": "; ".join(decided[i][1]), "tool_call_count": counts[i],
-        "duplicate_calls": json.dumps(duplicates[i], ensure_ascii=False),
-    } for j, i in enumerate(rows)], columns=REPORT_COLUMNS)
+    out: dict[str, list[Any]] = {
+        c: _python_values(frame, c, at)
+        for c in ("trajectory_id", "batch", "task_id", "source_file", "source_line")}
+    out["reason"] = [decided[i][0] for i in rows]
+    out["detail"] = ["; ".join(decided[i][1]) for i in rows]
+    out["tool_call_count"] = [counts[i] for i in rows]
+    out["duplicate_calls"] = [json.dumps(duplicates[i], ensure_ascii=False) for i in rows]
+    return pd.DataFrame(out, columns=REPORT_COLUMNS)
 
 
 def _python_values(frame: pd.DataFrame, column: str, rows: np.ndarray) -> list[Any]:
     """:class:`_PythonColumns`' values of ``column`` at ``rows`` only."""
     if column not in frame.columns:
         return [None] * len(rows)
-    return [_na_to_none(v) for v in frame[column].array.take(rows).tolist()]
+    strings = _arrow_strings(frame, column, nulls=True)
+    if strings is not None:  # a null is None, as _na_to_none makes NaN
+        return strings.take(pa.array(rows)).to_pylist()
+    values = frame[column].to_numpy()
+    return [_na_to_none(v) for v in values[rows].tolist()]
+
+
+class _RowSteps(Sequence[dict[str, Any]]):
+    """One row's step rows, converted from the Arrow ``steps`` when first read: ``screen``
+    reads them only when the response needs no repair or the repair only closed its
+    ``<answer>`` (most of what reaches it is repaired otherwise and read again), and
+    converting every one was a twentieth of the stage."""
+
+    def __init__(self, steps: pa.ListArray | None, row: int) -> None:
+        self._steps = steps
+        self._row = row
+        self._rows: list[dict[str, Any]] | None = None
+
+    def _read(self) -> list[dict[str, Any]]:
+        if self._rows is None:
+            self._rows = _step_rows(self._steps[self._row].as_py()
+                                    if self._steps is not None else None)
+        return self._rows
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        return self._read()[index]
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._read())
 
 
 def _passed_through(frame: pd.DataFrame, columns: _PythonColumns, column: str,
