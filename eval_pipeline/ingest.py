@@ -514,7 +514,8 @@ def _screen_batch(raw: pd.DataFrame, response: pa.Array | None, steps: pa.ListAr
                               False).to_numpy(zero_copy_only=False)
         ends = flat.field("end").take(at).to_numpy(zero_copy_only=False)
         # Every response's length, read in place: taking the closed ones first copied
-        # most of the batch's text (four responses in five are closed at the end).
+        # most of the batch's text (four responses in five are closed at the end, and
+        # nineteen in twenty of the generated drop's hold non-ASCII text).
         lengths = pc.utf8_length(response).to_numpy(zero_copy_only=False)[closed]
         ok = (offsets[closed + 1] > offsets[closed]) & answer & (ends == lengths)
         batch.fast[closed[~ok]] = False

@@ -921,6 +921,7 @@ _JSON_SCHEMA = pa.schema([
 ])
 """The fields of a plain XML-tag record, each of the one JSON type it has there."""
 
+
 @dataclass
 class JsonBatch:
     """A batch :func:`json_table` decoded: the table (a row per record) and, per record,
@@ -1076,8 +1077,10 @@ def _table_rows(parser: XmlTagParser, ctx: ParseContext, batch: JsonBatch
             extra["success_missing"] = True
         if unknown[i]:
             extra["unregistered_tools"] = unknown[i]
-        first = first_by_task.setdefault(task_ids[i], ids[i])
-        if first is not ids[i]:
+        first = first_by_task.get(task_ids[i])
+        if first is None:
+            first_by_task[task_ids[i]] = ids[i]
+        else:
             extra["duplicate_of"] = first
         extras.append(extra_json(extra) if extra else "{}")
     duration = table.column("duration")
