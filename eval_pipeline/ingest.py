@@ -290,7 +290,7 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
     for c in fields:
         if c not in _REWRITTEN:
             out[c] = _passed_through(raw, columns, c, kept)
-    out["extra"] = [extras[i] or "{}" for i in kept_idx]
+    out["extra"] = _str_column([extras[i] or "{}" for i in kept_idx])
     for key in ("expected_tools", "expected_calls"):
         values = columns[key]
         out[key] = [v if isinstance(v, str) else None for v in map(values.__getitem__,
@@ -327,13 +327,14 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
             "parser_notes": (notes[i] if notes[i] is not _UNREAD else json.loads(
                 extras[i] or "{}").get("tag_notes", [])),
         }))
-    out["tool_call_count"] = [counts[i] for i in kept_idx]
-    out["has_duplicates"] = has_duplicates
-    out["format_corrected"] = corrected
-    out["preprocessing_flags"] = flags_json
-    out["preprocessing_metadata"] = metadata
+    # Typed as pandas types the Python values (ints, bools, strings), without inferring.
+    out["tool_call_count"] = np.array([counts[i] for i in kept_idx], np.int64)
+    out["has_duplicates"] = np.array(has_duplicates, bool)
+    out["format_corrected"] = np.array(corrected, bool)
+    out["preprocessing_flags"] = _str_column(flags_json)
+    out["preprocessing_metadata"] = _str_column(metadata)
     # Judges read the limit the run used (a sequence over it is not optimal).
-    out["beta_threshold"] = [config.beta_threshold] * len(kept_idx)
+    out["beta_threshold"] = np.full(len(kept_idx), config.beta_threshold, np.int64)
     return _columns_frame(out, fields + PREPROCESSED_EXTRA), removed, stats
 
 
@@ -345,7 +346,7 @@ def _removed_rows(frame: pd.DataFrame, rows: list[int],
     frame pandas makes of one dict per row (``test_stage_digests``), and the empty one
     as it makes it of none (object columns)."""
     if not rows:
-        return pd.DataFrame([], columns=REPORT_COLUMNS)
+        return _EMPTY_REPORT.copy()
     at = np.array(rows, np.int64)
     out: dict[str, list[Any]] = {
         c: _python_values(frame, c, at)
@@ -355,6 +356,11 @@ def _removed_rows(frame: pd.DataFrame, rows: list[int],
     out["tool_call_count"] = [counts[i] for i in rows]
     out["duplicate_calls"] = [json.dumps(duplicates[i], ensure_ascii=False) for i in rows]
     return pd.DataFrame(out, columns=REPORT_COLUMNS)
+
+
+_EMPTY_REPORT = pd.DataFrame([], columns=REPORT_COLUMNS)
+"""The report of a batch that removed nothing (object columns, as pandas makes it of no
+rows), copied: most batches remove nothing, and making it anew cost more than the rest."""
 
 
 def _python_values(frame: pd.DataFrame, column: str, rows: np.ndarray) -> list[Any]:
@@ -414,7 +420,7 @@ def _passed_through(frame: pd.DataFrame, columns: _PythonColumns, column: str,
     series = frame[column]
     dtype = series.dtype
     if dtype == _STR:
-        taken = _taken_strings(frame, column, kept)
+        taken = _taken_series_strings(series, kept)
         if taken is not None:
             return taken
     elif isinstance(dtype, np.dtype) and dtype.kind in "biuf":
@@ -580,34 +586,62 @@ _STR = pd.StringDtype(storage="pyarrow", na_value=float("nan"))
 def _columns_frame(columns: dict[str, Any], names: list[str]) -> pd.DataFrame:
     """``pd.DataFrame(columns, columns=names)`` for columns of one length with the default
     index: Series are handed over as their arrays, so pandas does not align their indexes
-    (a union and a reindex per column: half of clipping a small batch, #12.4)."""
-    return pd.DataFrame({name: (value.array if isinstance(value, pd.Series) else value)
-                         for name, value in columns.items()}, columns=names)
+    (a union and a reindex per column: half of clipping a small batch, #12.4), and not
+    copied (every column here is made for this frame), but for a read-only numpy view
+    (of an Arrow buffer), which the frame's users may write to."""
+    return pd.DataFrame({name: (value.array if isinstance(value, pd.Series)
+                                else value.copy() if isinstance(value, np.ndarray)
+                                and not value.flags.writeable else value)
+                         for name, value in columns.items()}, columns=names, copy=False)
+
+
+def _str_column(values: list[str]) -> pd.api.extensions.ExtensionArray:
+    """Python strings (no None) as the ``str`` column pandas would make of them."""
+    return pd.arrays.ArrowStringArray(  # type: ignore[call-arg]
+        pa.chunked_array([pa.array(values, pa.large_string())]), dtype=_STR)
 
 
 def _arrow_strings(frame: pd.DataFrame, column: str, nulls: bool = False) -> pa.Array | None:
     """The column's Arrow strings (no copy) when it is a string column (the column pandas
     makes from Python strings), without nulls unless ``nulls``; else None."""
-    if column not in frame.columns or frame[column].dtype != _STR or (
-            not nulls and frame[column].hasnans):
+    if column not in frame.columns:
         return None
-    values = pa.array(frame[column].array)
-    return one_array(values)
+    return _series_strings(frame[column], nulls)
+
+
+def _series_strings(series: pd.Series, nulls: bool = False) -> pa.Array | None:
+    """:func:`_arrow_strings` of a column already taken from its frame (taking one costs
+    more than most of what is done with it on a batch of ten rows)."""
+    if series.dtype != _STR:
+        return None
+    values = one_array(pa.array(series.array))
+    return values if nulls or not values.null_count else None
 
 
 def _taken_strings(frame: pd.DataFrame, column: str, rows: list[int] | np.ndarray
-                   ) -> pd.Series | None:
+                   ) -> pd.api.extensions.ExtensionArray | None:
     """``frame[column]`` at ``rows``, taken in Arrow, when it equals the column pandas makes
     from those rows' Python values: a string column with a string among them (all missing
     makes an object column of None). None otherwise. Spares converting every string to
     Python and back (#12.1)."""
-    values = _arrow_strings(frame, column, nulls=True)
+    if column not in frame.columns:
+        return None
+    return _taken_series_strings(frame[column], rows)
+
+
+def _taken_series_strings(series: pd.Series, rows: list[int] | np.ndarray
+                          ) -> pd.api.extensions.ExtensionArray | None:
+    """:func:`_taken_strings` of a column already taken from its frame."""
+    values = _series_strings(series, nulls=True)
     if values is None:
         return None
     taken = values.take(pa.array(rows, pa.int64()))
     if taken.null_count == len(taken):
         return None
-    return pd.Series(pd.array(taken, dtype=_STR))
+    if taken.type != pa.large_string():
+        taken = taken.cast(pa.large_string())
+    return pd.arrays.ArrowStringArray(pa.chunked_array([taken]),  # type: ignore[call-arg]
+                                      dtype=_STR)
 
 
 def _repaired_responses(response: pa.Array, kept: list[int],
