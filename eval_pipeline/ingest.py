@@ -9,10 +9,10 @@ from __future__ import annotations
 import fnmatch
 import json
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import pandas as pd
@@ -22,7 +22,13 @@ from pydantic import BaseModel, Field
 
 from eval_pipeline.clips import Clip, ClipRow, segment_rows
 from eval_pipeline.clips_arrow import clip_batch
-from eval_pipeline.formats import ArrowParseResult, parse_file, row_reparser
+from eval_pipeline.formats import (
+    ArrowColumnsResult,
+    ArrowParseResult,
+    parse_file,
+    row_reparser,
+)
+from eval_pipeline.formats.base import one_array
 from eval_pipeline.judges.base import ClipTask, ClipView
 from eval_pipeline.models import (
     STEP_ARROW_TYPE,
@@ -36,10 +42,9 @@ from eval_pipeline.models import (
 from eval_pipeline.preprocess import (
     PreprocessConfig,
     PreprocessStats,
-    Screening,
     decide,
     screen,
-    summarize,
+    summarize_findings,
 )
 from eval_pipeline.preprocess_arrow import ANSWER_CLOSED_AT_END, BatchScreen, screen_batch
 from eval_pipeline.splitting import BatchManifest, drop_fingerprint
@@ -110,23 +115,56 @@ def read_batch(path: Path, manifest: BatchManifest | None, batch: str,
     def original(line: int) -> int:
         return lines[line - 1] if lines and 0 < line <= len(lines) else line
 
-    raw = parsed.rows
-    if lines:
-        # Ids and lines of a split batch point at the drop, so they survive re-splitting.
-        stem = Path(source_file).stem
-        for row in raw:
-            line = original(row["source_line"])
-            digest = row["trajectory_id"].rsplit(":", 1)[-1]
-            row["source_line"] = line
-            row["trajectory_id"] = f"{stem}:{line}:{digest}"
     quarantined = [q.model_copy(update={"source_line": original(q.source_line)}).model_dump()
                    for q in parsed.quarantined]
-    arrow = parsed if isinstance(parsed, ArrowParseResult) else None
-    frame = _frame(raw, list(Trajectory.model_fields),
-                   {} if arrow is None else {"steps": arrow.steps,
-                                             "raw_response": arrow.responses})
+    fields = list(Trajectory.model_fields)
+    if isinstance(parsed, ArrowColumnsResult):
+        columns = parsed.columns
+        if lines:
+            # Ids and lines of a split batch point at the drop, so they survive re-splitting.
+            stem = Path(source_file).stem
+            at = [original(line) for line in columns["source_line"]]
+            columns["trajectory_id"] = [
+                f"{stem}:{line}:{tid.rsplit(':', 1)[-1]}"
+                for line, tid in zip(at, columns["trajectory_id"], strict=True)]
+            columns["source_line"] = at
+        frame = _columns_frame(
+            {c: _frame_values(c, columns[c]) for c in fields}, fields)
+    else:
+        raw = parsed.rows
+        if lines:
+            stem = Path(source_file).stem
+            for row in raw:
+                line = original(row["source_line"])
+                digest = row["trajectory_id"].rsplit(":", 1)[-1]
+                row["source_line"] = line
+                row["trajectory_id"] = f"{stem}:{line}:{digest}"
+        arrow = parsed if isinstance(parsed, ArrowParseResult) else None
+        frame = _frame(raw, fields, {} if arrow is None else {
+            "steps": arrow.steps, "raw_response": arrow.responses})
     return (with_arrow_steps(frame),
-            pd.DataFrame(quarantined, columns=QUARANTINE_COLUMNS))
+            pd.DataFrame(quarantined, columns=QUARANTINE_COLUMNS) if quarantined
+            else _EMPTY_QUARANTINE.copy())
+
+
+_EMPTY_QUARANTINE = pd.DataFrame([], columns=QUARANTINE_COLUMNS)
+"""The quarantine of a batch with none, copied (a tenth of the time of making it anew,
+which most batches did)."""
+
+
+def _frame_values(column: str, values: Any) -> Any:
+    """A column of an :class:`ArrowColumnsResult` as the frame takes it: the steps as
+    ``STEPS_DTYPE``, Arrow strings as ``str`` (the dtype and values pandas makes of the
+    same Python strings, a null as NaN), lists and numpy arrays as they are."""
+    if column == "steps":
+        return pd.arrays.ArrowExtensionArray(steps_array(values))
+    if isinstance(values, pa.Array | pa.ChunkedArray):
+        if values.type != pa.large_string():
+            values = values.cast(pa.large_string())
+        if isinstance(values, pa.Array):
+            values = pa.chunked_array([values])
+        return pd.arrays.ArrowStringArray(values, dtype=_STR)  # type: ignore[call-arg]
+    return values
 
 
 _STR = pd.Series([""]).dtype
@@ -145,8 +183,11 @@ def _frame(rows: list[dict[str, object]], columns: list[str],
     given = {c: a for c, a in (arrow or {}).items() if a is not None}
     data: dict[str, Any] = {}
     for c in columns:
-        if c == "steps" and c in given:
-            data[c] = pd.arrays.ArrowExtensionArray(steps_array(given[c]))
+        if c == "steps":
+            # Arrow steps (what with_arrow_steps would convert the column to, without a
+            # second frame): given, or converted from the rows' step rows.
+            data[c] = pd.arrays.ArrowExtensionArray(steps_array(
+                given[c] if c in given else [r.get(c) for r in rows]))
         elif c in given:
             # pandas 3 takes the dtype (its stubs do not say so yet): ``str``, not ``string``.
             data[c] = pd.arrays.ArrowStringArray(given[c], dtype=_STR)  # type: ignore[call-arg]
@@ -191,111 +232,206 @@ def preprocess_batch(raw: pd.DataFrame, config: PreprocessConfig, registry: Tool
     to Python; every other response goes through ``screen`` as before (#12.1).
     ``kernels=False`` sends every response through ``screen``: the reference the tests
     hold the kernels to (``test_prep_arrow.py``).
+
+    The rules' findings are kept as one list per finding (not an object per row), the
+    decisions and statistics made from them, and only the kept rows' columns built; the
+    columns passed through are taken in Arrow or numpy where that gives the dtype pandas
+    would infer from the kept rows' values (#12.1).
     """
     raw = with_arrow_steps(raw)
     fields = list(Trajectory.model_fields)
     n = len(raw)
-    arrow_columns = {"steps"}
     response = _arrow_strings(raw, "raw_response")
-    if response is not None:
-        arrow_columns.add("raw_response")
     columns = _PythonColumns(raw)
     steps = _steps_list_array(raw, n)
-    reparsers = {rule: row_reparser(rule, registry) for rule in set(columns["reparse"])}
-    batch = (_screen_batch(raw, response, steps, columns["reparse"], config, registry)
+    rules = columns["reparse"]
+    reparsers = {rule: row_reparser(rule, registry) for rule in set(rules)}
+    batch = (_screen_batch(raw, response, steps, rules, config, registry)
              if kernels else None)
-    if response is None:
-        texts = columns["raw_response"]
-    notes = _parser_notes([e or "{}" for e in columns["extra"]])
-    outcomes: list[Screening] = []
-    kept_idx: list[int] = []
-    removed_rows: list[dict[str, object]] = []
-    extra_columns: dict[str, list[Any]] = {c: [] for c in PREPROCESSED_EXTRA}
-    python_steps: dict[int, list[dict[str, Any]]] = {}  # kept position -> steps from Python
-    answer_closed: list[int] = []  # kept positions whose <answer> is closed at the end
-    repaired_texts: dict[int, tuple[str, str]] = {}  # kept position -> (text, repaired)
-    for i in range(n):
-        if batch is not None and batch.fast[i]:
-            count = int(batch.tool_calls[i])
-            duplicates = batch.duplicates[i]
-            reason, flags = decide(count, duplicates, config)
-            closed = bool(batch.answer_closed[i])
-            found = Screening(
-                text="", steps=None, kept=reason is None, removal_reason=reason, flags=flags,
-                tool_call_count=count, duplicate_calls=duplicates,
-                format_fixes=[ANSWER_CLOSED_AT_END] if closed else [],
-                tag_analysis=batch.tag_counts[i])
-        else:
-            closed = False
-            text = texts[i] if response is None else response[i].as_py()
-            rows = _step_rows(steps[i].as_py() if steps is not None else None)
-            found = screen(text, rows, config, registry, reparsers[columns["reparse"][i]])
-        outcomes.append(found)
-        flags = found.flags
-        if not found.kept:
-            removed_rows.append({
-                "trajectory_id": columns["trajectory_id"][i], "batch": columns["batch"][i],
-                "task_id": columns["task_id"][i], "source_file": columns["source_file"][i],
-                "source_line": columns["source_line"][i], "reason": found.removal_reason,
-                "detail": "; ".join(flags), "tool_call_count": found.tool_call_count,
-                "duplicate_calls": json.dumps(found.duplicate_calls, ensure_ascii=False),
-            })
-            continue
-        if closed:
-            answer_closed.append(len(kept_idx))
-        elif found.steps is not None:
-            repaired_texts[len(kept_idx)] = (text, found.text)
-            python_steps[len(kept_idx)] = found.steps
-        kept_idx.append(i)
-        fixed = bool(found.format_fixes)
-        duplicated = bool(found.duplicate_calls)
-        for name, value in (
-            ("tool_call_count", found.tool_call_count),
-            ("has_duplicates", duplicated),
-            ("format_corrected", fixed),
-            # Judges read the limit the run used (a sequence over it is not optimal).
-            ("beta_threshold", config.beta_threshold),
-            ("preprocessing_flags", json.dumps(flags) if flags else "[]"),
-            ("preprocessing_metadata", _JSON_TEXT({
-                "tool_call_count": found.tool_call_count,
-                "has_duplicates": duplicated,
-                "format_corrected": fixed,
-                "format_fixes": found.format_fixes,
-                "flags": flags,
-                "tag_analysis": found.tag_analysis,
-                # What the parser had to repair to read the record at all.
-                "parser_notes": (notes[i] if notes[i] is not _UNREAD else json.loads(
-                    columns["extra"][i] or "{}").get("tag_notes", [])),
-            })),
-        ):
-            extra_columns[name].append(value)
-    removed = pd.DataFrame(removed_rows, columns=REPORT_COLUMNS)
+    texts: list[Any] = columns["raw_response"] if response is None else []
+    extras = columns["extra"]
+    notes = _parser_notes([e or "{}" for e in extras])
+    # What the rules found, per row: the kernels' findings, then screen's for the rest.
+    if batch is not None:
+        counts: list[int] = batch.tool_calls.tolist()
+        duplicates: list[list[str]] = list(batch.duplicates)
+        tags: list[dict[str, int]] = list(batch.tag_counts)
+        closed: list[bool] = batch.answer_closed.tolist()
+        slow: list[int] = np.flatnonzero(~batch.fast).tolist()
+    else:
+        counts, duplicates, tags = [0] * n, [[]] * n, [{}] * n
+        closed, slow = [False] * n, list(range(n))
+    fixes: list[list[str]] = [[ANSWER_CLOSED_AT_END] if c else [] for c in closed]
+    python_steps: dict[int, list[dict[str, Any]]] = {}  # row -> steps re-cut in Python
+    repaired_texts: dict[int, tuple[str, str]] = {}  # row -> (text, repaired)
+    for i in slow:
+        text = texts[i] if response is None else response[i].as_py()
+        found = screen(text, _RowSteps(steps, i), config, registry, reparsers[rules[i]])
+        counts[i], duplicates[i], tags[i] = (found.tool_call_count, found.duplicate_calls,
+                                             found.tag_analysis)
+        fixes[i] = found.format_fixes
+        if found.steps is not None:
+            python_steps[i] = found.steps
+            repaired_texts[i] = (text, found.text)
+    # decide() depends on the count and the duplicates' number only: once per pair.
+    decisions: dict[tuple[int, int], tuple[str | None, list[str]]] = {}
+    decided = [decisions.get((count, len(found))) or decisions.setdefault(
+                   (count, len(found)), decide(count, found, config))
+               for count, found in zip(counts, duplicates, strict=True)]
+    stats = summarize_findings([d[0] for d in decided], [d[1] for d in decided],
+                               duplicates, fixes)
+    kept_idx = [i for i, (reason, _flags) in enumerate(decided) if reason is None]
+    removed = _removed_rows(raw, [i for i, d in enumerate(decided) if d[0] is not None],
+                            decided, counts, duplicates)
     if not kept_idx:  # the empty table keeps object columns, as pandas makes it from []
-        return (pd.DataFrame([], columns=fields + PREPROCESSED_EXTRA), removed,
-                summarize(outcomes))
+        return pd.DataFrame([], columns=fields + PREPROCESSED_EXTRA), removed, stats
+    kept = np.array(kept_idx, np.int64)
     out: dict[str, Any] = {}
     for c in fields:
-        if c in arrow_columns:
-            continue
-        # Columns passed through as they are: their strings stay in Arrow.
-        taken = (None if c in _REWRITTEN else _taken_strings(raw, c, kept_idx))
-        out[c] = taken if taken is not None else [columns[c][i] for i in kept_idx]
-    out["extra"] = [e or "{}" for e in out["extra"]]
+        if c not in _REWRITTEN:
+            out[c] = _passed_through(raw, columns, c, kept)
+    out["extra"] = _str_column([extras[i] or "{}" for i in kept_idx])
     for key in ("expected_tools", "expected_calls"):
-        out[key] = [v if isinstance(v, str) else None for v in out[key]]
-    out["steps"] = _kept_steps(steps, kept_idx, python_steps, answer_closed)
+        values = columns[key]
+        out[key] = [v if isinstance(v, str) else None for v in map(values.__getitem__,
+                                                                      kept_idx)]
+    positions = {row: position for position, row in enumerate(kept_idx)}
+    kept_python = {positions[i]: s for i, s in python_steps.items() if i in positions}
+    kept_closed = [p for p, i in enumerate(kept_idx) if closed[i]]
+    kept_repaired = {positions[i]: t for i, t in repaired_texts.items() if i in positions}
+    out["steps"] = _kept_steps(steps, kept_idx, kept_python, kept_closed)
     if response is None:
         out["raw_response"] = [texts[i] for i in kept_idx]
-        for position, (_original, text) in repaired_texts.items():
+        for position, (_original, text) in kept_repaired.items():
             out["raw_response"][position] = text
-        for position in answer_closed:
+        for position in kept_closed:
             out["raw_response"][position] += ANSWER_CLOSER
     else:
-        out["raw_response"] = _repaired_responses(response, kept_idx, repaired_texts,
-                                                  answer_closed)
-    out.update(extra_columns)
-    return (_columns_frame(out, fields + PREPROCESSED_EXTRA), removed,
-            summarize(outcomes))
+        out["raw_response"] = _repaired_responses(response, kept_idx, kept_repaired,
+                                                  kept_closed)
+    has_duplicates = [bool(duplicates[i]) for i in kept_idx]
+    corrected = [bool(fixes[i]) for i in kept_idx]
+    metadata: list[str] = []
+    flags_json: list[str] = []
+    for i, duplicated, fixed in zip(kept_idx, has_duplicates, corrected, strict=True):
+        flags = decided[i][1]
+        flags_json.append(json.dumps(flags) if flags else "[]")
+        metadata.append(_JSON_TEXT({
+            "tool_call_count": counts[i],
+            "has_duplicates": duplicated,
+            "format_corrected": fixed,
+            "format_fixes": fixes[i],
+            "flags": flags,
+            "tag_analysis": tags[i],
+            # What the parser had to repair to read the record at all.
+            "parser_notes": (notes[i] if notes[i] is not _UNREAD else json.loads(
+                extras[i] or "{}").get("tag_notes", [])),
+        }))
+    # Typed as pandas types the Python values (ints, bools, strings), without inferring.
+    out["tool_call_count"] = np.array([counts[i] for i in kept_idx], np.int64)
+    out["has_duplicates"] = np.array(has_duplicates, bool)
+    out["format_corrected"] = np.array(corrected, bool)
+    out["preprocessing_flags"] = _str_column(flags_json)
+    out["preprocessing_metadata"] = _str_column(metadata)
+    # Judges read the limit the run used (a sequence over it is not optimal).
+    out["beta_threshold"] = np.full(len(kept_idx), config.beta_threshold, np.int64)
+    return _columns_frame(out, fields + PREPROCESSED_EXTRA), removed, stats
+
+
+def _removed_rows(frame: pd.DataFrame, rows: list[int],
+                  decided: list[tuple[str | None, list[str]]], counts: list[int],
+                  duplicates: list[list[str]]) -> pd.DataFrame:
+    """The preprocess report: one row per removed trajectory, with why (only those rows'
+    ids converted to Python, not the whole columns). Handed to pandas as columns: the
+    frame pandas makes of one dict per row (``test_stage_digests``), and the empty one
+    as it makes it of none (object columns)."""
+    if not rows:
+        return _EMPTY_REPORT.copy()
+    at = np.array(rows, np.int64)
+    out: dict[str, list[Any]] = {
+        c: _python_values(frame, c, at)
+        for c in ("trajectory_id", "batch", "task_id", "source_file", "source_line")}
+    out["reason"] = [decided[i][0] for i in rows]
+    out["detail"] = ["; ".join(decided[i][1]) for i in rows]
+    out["tool_call_count"] = [counts[i] for i in rows]
+    out["duplicate_calls"] = [json.dumps(duplicates[i], ensure_ascii=False) for i in rows]
+    return pd.DataFrame(out, columns=REPORT_COLUMNS)
+
+
+_EMPTY_REPORT = pd.DataFrame([], columns=REPORT_COLUMNS)
+"""The report of a batch that removed nothing (object columns, as pandas makes it of no
+rows), copied: most batches remove nothing, and making it anew cost more than the rest."""
+
+
+def _python_values(frame: pd.DataFrame, column: str, rows: np.ndarray) -> list[Any]:
+    """:class:`_PythonColumns`' values of ``column`` at ``rows`` only."""
+    if column not in frame.columns:
+        return [None] * len(rows)
+    strings = _arrow_strings(frame, column, nulls=True)
+    if strings is not None:  # a null is None, as _na_to_none makes NaN
+        return strings.take(pa.array(rows)).to_pylist()
+    values = frame[column].to_numpy()
+    return [_na_to_none(v) for v in values[rows].tolist()]
+
+
+class _RowSteps(Sequence[dict[str, Any]]):
+    """One row's step rows, converted from the Arrow ``steps`` when first read: ``screen``
+    reads them only when the response needs no repair or the repair only closed its
+    ``<answer>`` (most of what reaches it is repaired otherwise and read again), and
+    converting every one was a twentieth of the stage."""
+
+    def __init__(self, steps: pa.ListArray | None, row: int) -> None:
+        self._steps = steps
+        self._row = row
+        self._rows: list[dict[str, Any]] | None = None
+
+    def _read(self) -> list[dict[str, Any]]:
+        if self._rows is None:
+            self._rows = _step_rows(self._steps[self._row].as_py()
+                                    if self._steps is not None else None)
+        return self._rows
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        return self._read()[index]
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._read())
+
+
+def _passed_through(frame: pd.DataFrame, columns: _PythonColumns, column: str,
+                    kept: np.ndarray) -> Any:
+    """``frame[column]`` at the ``kept`` rows, as the column pandas makes from those rows'
+    Python values (NaN read as None): taken in Arrow or numpy where that is the same
+    dtype and values (a string, integer or boolean column; a float one unless every
+    kept value is NaN, which makes an object column of None), an object column of None
+    as such, anything else through its Python values. Converting every column to Python
+    and back was a tenth of the stage."""
+    if column not in frame.columns:
+        return [None] * len(kept)
+    series = frame[column]
+    dtype = series.dtype
+    if dtype == _STR:
+        taken = _taken_series_strings(series, kept)
+        if taken is not None:
+            return taken
+    elif isinstance(dtype, np.dtype) and dtype.kind in "biuf":
+        values = series.to_numpy().take(kept)
+        if dtype.kind != "f" or not np.isnan(values).all():
+            return values
+        return [None] * len(kept)
+    elif dtype == np.dtype(object) and all(v is None for v in series.to_numpy()):
+        return [None] * len(kept)
+    python = columns[column]
+    return [python[i] for i in kept.tolist()]
 
 
 ANSWER_CLOSER = "</answer>"
@@ -349,7 +485,7 @@ def _steps_list_array(raw: pd.DataFrame, n: int) -> pa.ListArray | None:
     if "steps" not in raw.columns:
         return None
     values = raw["steps"].array.__arrow_array__()
-    array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    array = one_array(values)
     assert len(array) == n
     return array
 
@@ -379,12 +515,15 @@ def _screen_batch(raw: pd.DataFrame, response: pa.Array | None, steps: pa.ListAr
         offsets = steps.offsets.to_numpy()
         last = offsets[closed + 1] - 1
         flat = steps.values
-        kinds = flat.field("kind").take(pa.array(np.maximum(last, 0))).to_pylist()
-        ends = flat.field("end").take(pa.array(np.maximum(last, 0))).to_numpy(
-            zero_copy_only=False)
-        lengths = pc.utf8_length(response.take(pa.array(closed))).to_numpy()
-        ok = ((offsets[closed + 1] > offsets[closed]) & (np.array(kinds) == "answer")
-              & (ends == lengths))
+        at = pa.array(np.maximum(last, 0))
+        answer = pc.fill_null(pc.equal(flat.field("kind").take(at), "answer"),
+                              False).to_numpy(zero_copy_only=False)
+        ends = flat.field("end").take(at).to_numpy(zero_copy_only=False)
+        # Every response's length, read in place: taking the closed ones first copied
+        # most of the batch's text (four responses in five are closed at the end, and
+        # nineteen in twenty of the generated drop's hold non-ASCII text).
+        lengths = pc.utf8_length(response).to_numpy(zero_copy_only=False)[closed]
+        ok = (offsets[closed + 1] > offsets[closed]) & answer & (ends == lengths)
         batch.fast[closed[~ok]] = False
         batch.answer_closed[closed[~ok]] = False
     batch.answer_closed &= batch.fast
@@ -399,13 +538,14 @@ def _kept_steps(steps: pa.ListArray | None, kept: list[int],
     if steps is None:
         return as_steps_column(pd.Series([python_steps.get(p, []) for p in range(len(kept))]))
     index = np.array(kept, np.int64)
+    from_steps = np.ones(len(kept), bool)
+    extra = steps
     if python_steps:
-        base = len(steps)
-        extra = pa.array([python_steps[p] for p in sorted(python_steps)], STEPS_ARROW_TYPE)
-        steps = pa.concat_arrays([steps, extra])
-        for j, p in enumerate(sorted(python_steps)):
-            index[p] = base + j
-    taken = steps.take(pa.array(index))
+        order = sorted(python_steps)
+        extra = pa.array([python_steps[p] for p in order], STEPS_ARROW_TYPE)
+        index[order] = np.arange(len(order))
+        from_steps[order] = False
+    taken = _runs_taken(steps, extra, index, from_steps)
     if answer_closed:
         offsets = taken.offsets.to_numpy()
         flat = taken.flatten()
@@ -419,6 +559,23 @@ def _kept_steps(steps: pa.ListArray | None, kept: list[int],
     return pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array([taken])), copy=False)
 
 
+def _runs_taken(base: pa.Array, extra: pa.Array, index: np.ndarray, from_base: np.ndarray
+                ) -> pa.Array:
+    """Row ``index[i]`` of ``base`` where ``from_base[i]``, else of ``extra``, as one array:
+    each run of rows that are neighbours in their source cut as a slice and the slices
+    joined by one copy (none when one slice is all), where a concatenation and a
+    ``take`` copied every value twice."""
+    if not len(index):
+        return base.slice(0, 0)
+    new_run = np.ones(len(index), bool)
+    new_run[1:] = (from_base[1:] != from_base[:-1]) | (index[1:] != index[:-1] + 1)
+    starts = np.flatnonzero(new_run).tolist()
+    ends = [*starts[1:], len(index)]
+    pieces = [(base if from_base[start] else extra).slice(int(index[start]), end - start)
+              for start, end in zip(starts, ends, strict=True)]
+    return pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+
+
 _REWRITTEN = frozenset({"raw_response", "steps", "extra", "expected_tools", "expected_calls"})
 """Raw columns preprocessing writes anew rather than passing through."""
 
@@ -429,33 +586,62 @@ _STR = pd.StringDtype(storage="pyarrow", na_value=float("nan"))
 def _columns_frame(columns: dict[str, Any], names: list[str]) -> pd.DataFrame:
     """``pd.DataFrame(columns, columns=names)`` for columns of one length with the default
     index: Series are handed over as their arrays, so pandas does not align their indexes
-    (a union and a reindex per column: half of clipping a small batch, #12.4)."""
-    return pd.DataFrame({name: (value.array if isinstance(value, pd.Series) else value)
-                         for name, value in columns.items()}, columns=names)
+    (a union and a reindex per column: half of clipping a small batch, #12.4), and not
+    copied (every column here is made for this frame), but for a read-only numpy view
+    (of an Arrow buffer), which the frame's users may write to."""
+    return pd.DataFrame({name: (value.array if isinstance(value, pd.Series)
+                                else value.copy() if isinstance(value, np.ndarray)
+                                and not value.flags.writeable else value)
+                         for name, value in columns.items()}, columns=names, copy=False)
+
+
+def _str_column(values: list[str]) -> pd.api.extensions.ExtensionArray:
+    """Python strings (no None) as the ``str`` column pandas would make of them."""
+    return pd.arrays.ArrowStringArray(  # type: ignore[call-arg]
+        pa.chunked_array([pa.array(values, pa.large_string())]), dtype=_STR)
 
 
 def _arrow_strings(frame: pd.DataFrame, column: str, nulls: bool = False) -> pa.Array | None:
     """The column's Arrow strings (no copy) when it is a string column (the column pandas
     makes from Python strings), without nulls unless ``nulls``; else None."""
-    if column not in frame.columns or frame[column].dtype != _STR or (
-            not nulls and frame[column].hasnans):
+    if column not in frame.columns:
         return None
-    values = pa.array(frame[column].array)
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    return _series_strings(frame[column], nulls)
 
 
-def _taken_strings(frame: pd.DataFrame, column: str, rows: list[int]) -> pd.Series | None:
+def _series_strings(series: pd.Series, nulls: bool = False) -> pa.Array | None:
+    """:func:`_arrow_strings` of a column already taken from its frame (taking one costs
+    more than most of what is done with it on a batch of ten rows)."""
+    if series.dtype != _STR:
+        return None
+    values = one_array(pa.array(series.array))
+    return values if nulls or not values.null_count else None
+
+
+def _taken_strings(frame: pd.DataFrame, column: str, rows: list[int] | np.ndarray
+                   ) -> pd.api.extensions.ExtensionArray | None:
     """``frame[column]`` at ``rows``, taken in Arrow, when it equals the column pandas makes
     from those rows' Python values: a string column with a string among them (all missing
     makes an object column of None). None otherwise. Spares converting every string to
     Python and back (#12.1)."""
-    values = _arrow_strings(frame, column, nulls=True)
+    if column not in frame.columns:
+        return None
+    return _taken_series_strings(frame[column], rows)
+
+
+def _taken_series_strings(series: pd.Series, rows: list[int] | np.ndarray
+                          ) -> pd.api.extensions.ExtensionArray | None:
+    """:func:`_taken_strings` of a column already taken from its frame."""
+    values = _series_strings(series, nulls=True)
     if values is None:
         return None
     taken = values.take(pa.array(rows, pa.int64()))
     if taken.null_count == len(taken):
         return None
-    return pd.Series(pd.array(taken, dtype=_STR))
+    if taken.type != pa.large_string():
+        taken = taken.cast(pa.large_string())
+    return pd.arrays.ArrowStringArray(pa.chunked_array([taken]),  # type: ignore[call-arg]
+                                      dtype=_STR)
 
 
 def _repaired_responses(response: pa.Array, kept: list[int],
@@ -480,33 +666,37 @@ def _repaired_responses(response: pa.Array, kept: list[int],
         response = response.cast(pa.large_string())
     first = response.offset
     offsets = np.frombuffer(response.buffers()[1], np.int64)[first:first + len(response) + 1]
-    bounds = offsets.tolist()
-    data = memoryview(response.buffers()[2])
+    rows = np.array(kept, np.int64)
+    starts, ends = offsets[rows], offsets[rows + 1]
+    sizes = ends - starts
+    # Each changed row is its own piece: the original's bytes and what was appended, or
+    # the repaired text; the unchanged rows between are cut in runs of neighbours.
+    changed: dict[int, list[bytes | None]] = {}  # None: the original's bytes
+    for position, (text, new_text) in repaired.items():
+        changed[position] = ([None, new_text[len(text):].encode()]
+                             if new_text.startswith(text) else [new_text.encode()])
+    changed.update((position, [None, closer]) for position in closed)
+    for position, parts in changed.items():
+        sizes[position] = sum(int(sizes[position]) if part is None else len(part)
+                              for part in parts)
+    breaks = np.ones(len(rows), bool)
+    breaks[1:] = rows[1:] != rows[:-1] + 1
+    if changed:
+        at = np.array(sorted(changed), np.int64)
+        breaks[at] = True
+        breaks[at[at + 1 < len(rows)] + 1] = True
+    data = memoryview(response.buffers()[2] or b"")
     pieces: list[bytes | memoryview] = []
-    ends = [0]
-    size = 0
-    for position, row in enumerate(kept):
-        start, end = bounds[row], bounds[row + 1]
-        change = repaired.get(position)
-        if position in closed:
-            pieces.append(data[start:end])
-            pieces.append(closer)
-            size += end - start + len(closer)
-        elif change is None:
-            pieces.append(data[start:end])
-            size += end - start
-        elif change[1].startswith(change[0]):
-            pieces.append(data[start:end])
-            tail = change[1][len(change[0]):].encode()
-            pieces.append(tail)
-            size += end - start + len(tail)
-        else:
-            whole = change[1].encode()
-            pieces.append(whole)
-            size += len(whole)
-        ends.append(size)
+    run_starts = np.flatnonzero(breaks).tolist()
+    for run, run_end in zip(run_starts, [*run_starts[1:], len(rows)], strict=True):
+        if run not in changed:
+            pieces.append(data[starts[run]:ends[run_end - 1]])
+            continue
+        for part in changed[run]:
+            pieces.append(data[starts[run]:ends[run]] if part is None else part)
     values = pa.LargeStringArray.from_buffers(
-        len(kept), pa.py_buffer(np.array(ends, np.int64)), pa.py_buffer(b"".join(pieces)))
+        len(kept), pa.py_buffer(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)),
+        pa.py_buffer(b"".join(pieces)))
     return pd.Series(pd.array(values, dtype=_STR))
 
 
@@ -578,7 +768,10 @@ def clips_table(preprocessed: pd.DataFrame, *, kernels: bool | None = None) -> p
             values = values.take(take)
         return pd.Series(pd.array(values, dtype=_STR))
 
-    def plain(name: str, values: np.ndarray | list[Any]) -> list[Any]:
+    def plain(name: str, values: np.ndarray | list[Any]) -> list[Any] | np.ndarray:
+        if not python_rows and isinstance(values, np.ndarray) and values.dtype.kind in "biu":
+            # The dtype pandas infers from the Python ints or bools, without them.
+            return values if values.dtype.kind == "b" else values.astype(np.int64)
         merged = list(values.tolist() if isinstance(values, np.ndarray) else values)
         merged += list(by_name[name])
         return merged if order is None else [merged[j] for j in order.tolist()]

@@ -433,18 +433,32 @@ def preprocess_one(
 
 
 def summarize(outcomes: Sequence[PreprocessOutcome | Screening]) -> PreprocessStats:
-    """The statistics block's counts, added up in locals and validated once (a pydantic
-    attribute assignment per count and outcome was a twentieth of the stage)."""
+    """The statistics block's counts of these outcomes."""
+    return summarize_findings([o.removal_reason for o in outcomes],
+                              [o.flags for o in outcomes],
+                              [o.duplicate_calls for o in outcomes],
+                              [o.format_fixes for o in outcomes])
+
+
+def summarize_findings(reasons: Sequence[str | None], flags: Sequence[Sequence[str]],
+                       duplicates: Sequence[Sequence[str]], fixes: Sequence[Sequence[str]]
+                       ) -> PreprocessStats:
+    """The statistics block's counts from each outcome's removal reason (None: kept),
+    flags, duplicate calls and format fixes (one list per finding, as ``preprocess_batch``
+    keeps them), added up in locals and validated once (a pydantic attribute assignment
+    per count and outcome was a twentieth of the stage)."""
     valid = removed_frequency = removed_duplicates = 0
     flagged_frequency = flagged_duplicates = format_issues_fixed = 0
-    for o in outcomes:
-        valid += o.kept
-        removed_frequency += o.removal_reason == "frequency"
-        removed_duplicates += o.removal_reason == "duplicates"
-        flagged_frequency += o.kept and any(f.startswith("frequency") for f in o.flags)
-        flagged_duplicates += o.kept and bool(o.duplicate_calls)
-        format_issues_fixed += bool(o.format_fixes)
+    for reason, flagged, duplicated, fixed in zip(reasons, flags, duplicates, fixes,
+                                                  strict=True):
+        kept = reason is None
+        valid += kept
+        removed_frequency += reason == "frequency"
+        removed_duplicates += reason == "duplicates"
+        flagged_frequency += kept and any(f.startswith("frequency") for f in flagged)
+        flagged_duplicates += kept and bool(duplicated)
+        format_issues_fixed += bool(fixed)
     return PreprocessStats(
-        total=len(outcomes), valid=valid, removed_frequency=removed_frequency,
+        total=len(reasons), valid=valid, removed_frequency=removed_frequency,
         removed_duplicates=removed_duplicates, flagged_frequency=flagged_frequency,
         flagged_duplicates=flagged_duplicates, format_issues_fixed=format_issues_fixed)

@@ -523,10 +523,9 @@ def routing_table(preprocessed: pd.DataFrame, mode: TrajectoryMode = "superset",
     results = []
     recorded = (preprocessed["expected_tools"].tolist() if "expected_tools" in preprocessed
                 else [None] * len(preprocessed))
-    # no expectation recorded: nothing to check (a row mask, also for a table of no rows)
-    checked = preprocessed[pd.Series([isinstance(expected, str) for expected in recorded],
-                                     index=preprocessed.index, dtype=bool)]
-    for row in checked.to_dict("records"):
+    # no expectation recorded: nothing to check
+    at = [i for i, expected in enumerate(recorded) if isinstance(expected, str)]
+    for row in _rows_at(preprocessed, at, _CHECK_COLUMNS):
         expected = row["expected_tools"]
         calls = row.get("expected_calls")
         results.append(check_routing(
@@ -544,6 +543,22 @@ def routing_table(preprocessed: pd.DataFrame, mode: TrajectoryMode = "superset",
             out[column] = json.dumps(out[column], ensure_ascii=False)
         rows.append(out)
     return pd.DataFrame(rows, columns=ROUTING_COLUMNS), results
+
+
+_CHECK_COLUMNS = ("trajectory_id", "task_id", "steps", "expected_tools", "expected_calls",
+                  "empty_expectation_means_no_call", "expected_arguments_are_options",
+                  "extra", "task_description")
+"""The columns a routing check reads."""
+
+
+def _rows_at(frame: pd.DataFrame, rows: list[int], columns: Sequence[str]
+             ) -> list[dict[str, Any]]:
+    """``frame.iloc[rows][columns].to_dict("records")`` (the same Python values) without
+    copying the other columns (the responses) or pandas reading an Arrow column (the
+    steps) row by row: each column's rows taken and converted at once."""
+    names = [c for c in columns if c in frame.columns]
+    values = [frame[c].take(rows).tolist() for c in names]
+    return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
 
 
 def results_from_table(table: pd.DataFrame, prompts: Mapping[str, str] | None = None

@@ -48,7 +48,11 @@ from eval_pipeline.formats.spans import OpenInferenceSpanParser
 from eval_pipeline.formats.swe_agent import SweAgentParser, SweAgentPredsParser
 from eval_pipeline.formats.tau_bench import TauBenchParser
 from eval_pipeline.formats.toolbench import ToolBenchParser
-from eval_pipeline.formats.xml_arrow import ArrowParseResult, parse_arrow_rows
+from eval_pipeline.formats.xml_arrow import (
+    ArrowColumnsResult,
+    ArrowParseResult,
+    parse_arrow_rows,
+)
 from eval_pipeline.formats.xml_tags import (
     XmlTagParser,
     parse_xml_response,
@@ -272,6 +276,7 @@ def unregistered_tool_counts(results: Iterable[ParseResult]) -> Counter[str]:
 
 __all__ = [
     "PARSERS",
+    "ArrowColumnsResult",
     "ArrowParseResult",
     "UnknownFormatError",
     "detect_format",

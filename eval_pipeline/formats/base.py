@@ -21,6 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import IO, Any, ClassVar, Protocol
 
+import pyarrow as pa
+
 from eval_pipeline.models import ParseResult, QuarantinedRecord, Trajectory
 from eval_pipeline.tool_registry import ToolRegistry, default_registry
 
@@ -43,6 +45,27 @@ def trajectory_id(source_file: str, index: int, content: str | bytes) -> str:
                                                                      errors="replace")
     digest = hashlib.sha256(data).hexdigest()[:12]
     return f"{file_stem(source_file)}:{index}:{digest}"
+
+
+def one_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``values`` as one array: its only chunk as it is, more chunks joined.
+    (``ChunkedArray.combine_chunks`` copies even a single chunk: a copy of every response
+    or step of a batch each time a stage took its column, #12.1.)"""
+    if isinstance(values, pa.Array):
+        return values
+    return values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
+
+
+def line_ids(source_file: str, data: bytes, starts: list[int], ends: list[int]
+             ) -> list[str]:
+    """:func:`trajectory_id` of each record ``i`` whose line is ``data[starts[i]:ends[i]]``
+    (its index ``i``): the same digests, each over a view of the buffer instead of a
+    bytes object cut from it."""
+    stem = file_stem(source_file)
+    view = memoryview(data)
+    sha256 = hashlib.sha256
+    return [f"{stem}:{i}:{sha256(view[start:end]).hexdigest()[:12]}"
+            for i, (start, end) in enumerate(zip(starts, ends, strict=True))]
 
 
 @lru_cache(maxsize=64)

@@ -170,6 +170,14 @@ class JsonRecordsParser:
                             f"unknown {unknown}")
         return row
 
+    def column_defaults(self, ctx: ParseContext) -> dict[str, Any]:
+        """The fields :meth:`row` gives every record of the file alike, for a format that
+        builds a batch's rows as columns (``xml_arrow``): it adds the others."""
+        return {**_ROW_DEFAULTS, "batch": ctx.batch, "source_file": ctx.source_file,
+                "source_format": self.name, "reparse": self.reparse,
+                "empty_expectation_means_no_call": self.empty_expectation_means_no_call,
+                "expected_arguments_are_options": self.expected_arguments_are_options}
+
     def parse_rows(self, path: Path, ctx: ParseContext) -> ParseResult:
         """:meth:`parse` with the trajectories as table rows (``ParseResult.rows``)."""
         result = self.parse(path, ctx)
@@ -219,6 +227,17 @@ class JsonRecordsParser:
         return None
 
 
+extra_json = json.JSONEncoder(ensure_ascii=False, default=str).encode
+"""``json.dumps(extra, ensure_ascii=False, default=str)`` (how a row's ``extra`` is written)
+without building an encoder per call."""
+
+
+def unregistered_row_tools(steps: list[dict[str, Any]]) -> list[str]:
+    """:func:`unregistered_tools` of step rows."""
+    return sorted({s["tool_name"] or "?" for s in steps
+                   if s["kind"] == "tool_call" and s["tool_type"] == GENERIC_TOOL_TYPE})
+
+
 def finish_row(row: dict[str, Any], repairs: tuple[str, ...], first_by_task: dict[str, str],
                key: str | None = None, unknown: list[str] | None = None) -> None:
     """:func:`finish` on a row from :meth:`JsonRecordsParser.row`; writes its ``extra``.
@@ -228,8 +247,7 @@ def finish_row(row: dict[str, Any], repairs: tuple[str, ...], first_by_task: dic
     if repairs:
         extra.setdefault("repairs", []).extend(repairs)
     if unknown is None:
-        unknown = sorted({s["tool_name"] or "?" for s in row["steps"]
-                          if s["kind"] == "tool_call" and s["tool_type"] == GENERIC_TOOL_TYPE})
+        unknown = unregistered_row_tools(row["steps"])
     if unknown:
         extra["unregistered_tools"] = unknown
     key = row["task_id"] if key is None else key
@@ -238,7 +256,7 @@ def finish_row(row: dict[str, Any], repairs: tuple[str, ...], first_by_task: dic
         first_by_task[key] = row["trajectory_id"]
     else:
         extra["duplicate_of"] = first
-    row["extra"] = json.dumps(extra, ensure_ascii=False, default=str)
+    row["extra"] = extra_json(extra)
     if row["expected_tools"] is not None:
         row["expected_tools"] = json.dumps(row["expected_tools"])
     if row["expected_calls"] is not None:

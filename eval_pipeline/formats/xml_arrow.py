@@ -58,9 +58,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
+from pydantic import Field
 
-from eval_pipeline.formats.base import ParseContext, RawRecord
-from eval_pipeline.formats.records import finish_row
+from eval_pipeline.formats.base import ParseContext, RawRecord, line_ids, one_array
+from eval_pipeline.formats.records import extra_json, finish_row, unregistered_row_tools
 from eval_pipeline.formats.xml_tags import (
     StepRow,
     XmlTagParser,
@@ -900,12 +901,13 @@ def parse_arrow_rows(parser: XmlTagParser, path: Path, ctx: ParseContext
     (:func:`array_steps`) and read in Python where not: the same rows, quarantine and
     steps (``test_xml_arrow.py``). A batch of plain records (only the fields the format
     knows, each of one JSON type) is decoded by Arrow's JSON reader
-    (:func:`json_table`); any other by ``json.loads`` per line, as the Python path."""
+    (:func:`json_table`) and handed on as columns (:class:`ArrowColumnsResult`); any other
+    by ``json.loads`` per line, as the Python path."""
     data = path.read_bytes()
     table = json_table(data)
     if table is not None:
         try:
-            return _table_rows(parser, ctx, *table)
+            return _table_rows(parser, ctx, table)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError,
                 RecursionError):
             pass  # a record the row path would quarantine: read it as the Python path
@@ -920,28 +922,73 @@ _JSON_SCHEMA = pa.schema([
 """The fields of a plain XML-tag record, each of the one JSON type it has there."""
 
 
-def json_table(data: bytes) -> tuple[pa.Table, list[tuple[int, bytes]], set[int]] | None:
+@dataclass
+class JsonBatch:
+    """A batch :func:`json_table` decoded: the table (a row per record) and, per record,
+    its line number and the bounds of its stripped line in the file's bytes (``data``),
+    what its trajectory id hashes."""
+
+    table: pa.Table
+    data: bytes
+    lines: list[int]
+    starts: list[int]
+    ends: list[int]
+    absent: set[int]
+    """The records without a ``success`` key (the row notes it; a null one is not noted)."""
+
+
+_STRIPPED = frozenset(b" \t\n\r\x0b\x0c")
+"""The bytes ``bytes.strip()`` strips."""
+_LBRACE, _RBRACE = ord("{"), ord("}")
+
+
+def _stripped_lines(data: bytes) -> tuple[list[int], list[int], list[int]]:
+    """The line numbers and bounds of the non-blank lines of ``data.split(b"\\n")``, each
+    as ``bytes.strip()`` leaves it: found by ``bytes.find`` (splitting copied every byte
+    and made a bytes object per line), a line with a stripped byte at an edge stripped on
+    its own."""
+    lines: list[int] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    find = data.find
+    size = len(data)
+    start = 0
+    number = 1
+    while start <= size:
+        end = find(b"\n", start)
+        if end < 0:
+            end = size
+        if end > start:
+            first, last = start, end
+            if data[first] in _STRIPPED or data[last - 1] in _STRIPPED:
+                line = data[first:last]
+                first += len(line) - len(line.lstrip())
+                last -= len(line) - len(line.rstrip())
+            if last > first:
+                lines.append(number)
+                starts.append(first)
+                ends.append(last)
+        start = end + 1
+        number += 1
+    return lines, starts, ends
+
+
+def json_table(data: bytes) -> JsonBatch | None:
     """The batch's records as a table decoded by Arrow, and each record's line number and
     (stripped) bytes, the ids' input; None unless that gives exactly what ``json.loads``
     per line and :meth:`XmlTagParser.fields` would: every non-blank line one JSON object
     (``{`` ... ``}``, one table row each: Arrow would read two objects on one line) of
     valid UTF-8, no field outside the schema (they go to ``extra``) nor of another type,
     no duplicate key, ``raw_response`` never null, no ``-0`` duration (``json.loads``
-    reads ``-0`` as the int 0). The third item: the records without a ``success`` key
-    (the row notes it; a null one is not noted), found by ``json.loads`` of the lines
-    whose ``success`` is null.
+    reads ``-0`` as the int 0). ``absent``: the records without a ``success`` key, found
+    by ``json.loads`` of the lines whose ``success`` is null.
     Arrow's reader fails the whole block on one bad line; the caller then reads every
     line with ``json.loads``, so quarantine and line numbers are as before."""
     if data.startswith(b"\xef\xbb\xbf"):
         return None
-    lines: list[tuple[int, bytes]] = []
-    for number, line in enumerate(data.split(b"\n"), 1):
-        stripped = line.strip()
-        if stripped:
-            if stripped[:1] != b"{" or stripped[-1:] != b"}":
-                return None
-            lines.append((number, stripped))
-    if not lines:
+    lines, starts, ends = _stripped_lines(data)
+    if not lines or not all(data[s] == _LBRACE and data[e - 1] == _RBRACE
+                            for s, e in zip(starts, ends, strict=True)):
         return None
     try:
         table = pj.read_json(
@@ -962,60 +1009,131 @@ def json_table(data: bytes) -> tuple[pa.Table, list[tuple[int, bytes]], set[int]
     if success.null_count:
         nulls = np.flatnonzero(success.is_null().to_numpy(zero_copy_only=False))
         # No '"success"' in the line at all: no such key (most); else ask json.loads.
-        absent = {i for i in nulls.tolist() if b'"success"' not in lines[i][1]
-                  or "success" not in json.loads(lines[i][1])}
-    return table, lines, absent
+        for i in nulls.tolist():
+            start, end = starts[i], ends[i]
+            if (data.find(b'"success"', start, end) < 0
+                    or "success" not in json.loads(data[start:end])):
+                absent.add(i)
+    return JsonBatch(table, data, lines, starts, ends, absent)
 
 
-def _table_rows(parser: XmlTagParser, ctx: ParseContext, table: pa.Table,
-                lines: list[tuple[int, bytes]], absent: set[int]) -> ArrowParseResult:
-    """The rows of a batch :func:`json_table` decoded: every record is one."""
-    responses = table.column("raw_response").combine_chunks()
+class ArrowColumnsResult(ArrowParseResult):
+    """:class:`ArrowParseResult` of a batch :func:`json_table` decoded, its trajectories
+    as ``columns`` (every ``raw_trajectories`` field: a list, a numpy array or an Arrow
+    array of one value per trajectory) instead of a dict per row; ``rows`` stays empty.
+    Building, finishing and reading back a dict per record was a fifth of the parse."""
+
+    columns: dict[str, Any] = Field(default_factory=dict)
+    count: int = 0
+
+    @property
+    def records_read(self) -> int:
+        return self.count + len(self.quarantined)
+
+
+def _strings(column: pa.ChunkedArray) -> pa.Array | list[None]:
+    """A string column as the frame takes it: Arrow (a null is the value None), or a
+    list of None when every value is (pandas makes an object column of that)."""
+    if column.null_count == len(column):
+        return [None] * len(column)
+    return one_array(column)
+
+
+def _table_rows(parser: XmlTagParser, ctx: ParseContext, batch: JsonBatch
+                ) -> ArrowColumnsResult:
+    """The trajectories of a batch :func:`json_table` decoded (every record is one), as
+    columns: each field what :meth:`XmlTagParser.build_row` and :func:`finish_row` give
+    the record's row (``test_xml_arrow.py`` holds the table to the Python path's)."""
+    table = batch.table
+    responses = one_array(table.column("raw_response"))
     n = len(responses)
     found = array_steps(responses, np.ones(n, dtype=bool), ctx.registry)
-    ok = found.ok.tolist()
-    columns = {name: table.column(name).to_pylist() for name in _JSON_SCHEMA.names
-               if name != "raw_response"}
-    result = ArrowParseResult()
-    first_by_task: dict[str, str] = {}
+    notes, unknown = found.notes, found.unknown
     python_steps: list[list[StepRow]] = []
-    take: list[int] = []
-    for index, (line, content) in enumerate(lines):
-        rec = RawRecord(line, "", utf8=content)
-        value = {name: values[index] for name, values in columns.items()}
-        if index in absent:
-            del value["success"]
-        # The row holds no response: the table takes the column as it is.
-        value["raw_response"] = ""
-        if ok[index]:
-            row = parser.build_row(value, rec, ctx, index, analysis=(None, found.notes[index]))
-            finish_row(row, (), first_by_task, unknown=found.unknown[index])
-            take.append(index)
+    slow = np.flatnonzero(~found.ok).tolist()
+    for i in slow:
+        # What the Arrow reading leaves is seldom well formed (none of the generated
+        # drop's 9 %): straight to the tag scan, which reads a well-formed one the same.
+        steps, notes[i] = analyze_xml_rows(responses[i].as_py(), ctx.registry,
+                                           well_formed=False)
+        python_steps.append(steps)
+        unknown[i] = unregistered_row_tools(steps)
+    numbers = batch.lines
+    task_column = table.column("task_id")
+    task_ids = task_column.to_pylist()
+    if task_column.null_count:
+        task_ids = [t if t is not None else f"line{line}"
+                    for t, line in zip(task_ids, numbers, strict=True)]
+    ids = line_ids(ctx.source_file, batch.data, batch.starts, batch.ends)
+    first_by_task: dict[str, str] = {}
+    extras: list[str] = []
+    absent = batch.absent
+    for i in range(n):
+        # What fields() and finish_row() write to ``extra``, in their order.
+        extra: dict[str, Any] = {}
+        if notes[i]:
+            extra["tag_notes"] = notes[i]
+        if i in absent:
+            extra["success_missing"] = True
+        if unknown[i]:
+            extra["unregistered_tools"] = unknown[i]
+        first = first_by_task.get(task_ids[i])
+        if first is None:
+            first_by_task[task_ids[i]] = ids[i]
         else:
-            steps, notes = analyze_xml_rows(responses[index].as_py(), ctx.registry)
-            row = parser.build_row(value, rec, ctx, index, analysis=(steps, notes))
-            finish_row(row, (), first_by_task)
-            take.append(-1 - len(python_steps))
-            python_steps.append(steps)
-        row["steps"] = None
-        row["raw_response"] = None
-        result.rows.append(row)
-    result.steps = _assembled(found.steps, take, python_steps)
+            extra["duplicate_of"] = first
+        extras.append(extra_json(extra) if extra else "{}")
+    duration = table.column("duration")
+    columns: dict[str, Any] = parser.column_defaults(ctx)
+    columns.update(
+        trajectory_id=ids,
+        source_line=numbers,
+        task_id=one_array(task_column) if not task_column.null_count else task_ids,
+        task_description=one_array(pc.fill_null(table.column("task_description"), "")),
+        raw_response=responses,
+        steps=_assembled(found.steps, _table_take(found.ok), python_steps),
+        success=table.column("success").to_pylist(),
+        final_result=_strings(table.column("final_result")),
+        duration=([None] * n if duration.null_count == n
+                  else duration.to_numpy(zero_copy_only=False)),
+        timestamp=_strings(table.column("timestamp")),
+        extra=extras,
+    )
+    result = ArrowColumnsResult(columns=columns, count=n)
+    result.steps = columns["steps"]
     result.responses = pa.chunked_array([responses])
     return result
 
 
-def _assembled(fast: pa.Array, take: list[int], python_steps: list[list[StepRow]]
-               ) -> pa.ChunkedArray:
+def _table_take(ok: np.ndarray) -> np.ndarray:
+    """:func:`_assembled`'s ``take`` of a batch whose every record is a row: its own list
+    where ``ok``, else the next of the lists read in Python."""
+    take = np.arange(len(ok), dtype=np.int64)
+    take[~ok] = -1 - np.arange(int((~ok).sum()), dtype=np.int64)
+    return take
+
+
+def _assembled(fast: pa.Array, take: Sequence[int] | np.ndarray,
+               python_steps: list[list[StepRow]]) -> pa.ChunkedArray:
     """The rows' steps in order: ``take`` holds each row's list in ``fast`` or, as
-    ``-1 - i``, its rows in ``python_steps[i]`` (converted here, together)."""
-    indices = np.array(take, dtype=np.int64)
-    whole = fast
-    if python_steps:
-        slow = steps_array(python_steps).combine_chunks()
-        indices = np.where(indices < 0, len(fast) + (-1 - indices), indices)
-        whole = pa.concat_arrays([fast, slow])
-    return pa.chunked_array([whole.take(pa.array(indices, pa.int64()))])
+    ``-1 - i``, its rows in ``python_steps[i]`` (converted here, together). Each run of
+    rows that are neighbours in their source is cut as a slice, and the slices joined by
+    one copy (a concatenation then a ``take`` copied every step twice)."""
+    indices = np.asarray(take, dtype=np.int64)
+    if not len(indices):
+        return pa.chunked_array([fast.slice(0, 0)])
+    slow = one_array(steps_array(python_steps)) if python_steps else fast
+    from_fast = indices >= 0
+    source = np.where(from_fast, indices, -1 - indices)
+    new_run = np.ones(len(indices), dtype=bool)
+    new_run[1:] = (from_fast[1:] != from_fast[:-1]) | (source[1:] != source[:-1] + 1)
+    starts = np.flatnonzero(new_run).tolist()
+    ends = [*starts[1:], len(indices)]
+    pieces = [(fast if from_fast[start] else slow).slice(int(source[start]), end - start)
+              for start, end in zip(starts, ends, strict=True)]
+    if len(pieces) == 1 and len(pieces[0]) == len(fast) and from_fast[0]:
+        return pa.chunked_array([fast])
+    return pa.chunked_array([pa.concat_arrays(pieces)])
 
 
 def _record_rows(parser: XmlTagParser, path: Path, ctx: ParseContext) -> ArrowParseResult:

@@ -150,7 +150,8 @@ def _scan(text: str) -> tuple[list[int], list[int], list[str], list[int], list[i
     return starts, ends, tags, close_starts, close_ends, next_same
 
 
-def analyze_xml_rows(text: str, registry: ToolRegistry) -> tuple[list[StepRow], list[str]]:
+def analyze_xml_rows(text: str, registry: ToolRegistry, *, well_formed: bool = True
+                     ) -> tuple[list[StepRow], list[str]]:
     """Cut a raw_response into step rows (the ``steps`` column's dicts) with offsets,
     noting every repair made.
 
@@ -158,9 +159,12 @@ def analyze_xml_rows(text: str, registry: ToolRegistry) -> tuple[list[StepRow], 
     validate and dump (no model per step; validating and dumping them was a third of
     parsing, #12.1). :func:`analyze_xml_response` wraps the same rows in Step models.
     A well-formed response (most of them) is read element by element
-    (:func:`_read_well_formed`); any other goes through the tag scan (:func:`_read_tags`).
+    (:func:`_read_well_formed`); any other goes through the tag scan (:func:`_read_tags`),
+    which reads a well-formed one the same way (``test_well_formed.py``): a caller that
+    knows the response is unlikely to be well formed (the Arrow reading left it to Python)
+    passes ``well_formed=False`` to go to the scan without trying.
     """
-    found = _read_well_formed(text, registry)
+    found = _read_well_formed(text, registry) if well_formed else None
     return found if found is not None else _read_tags(text, registry)
 
 

@@ -28,6 +28,7 @@ from eval_pipeline.formats.base import ParseContext
 from eval_pipeline.formats.xml_arrow import arrow_steps
 from eval_pipeline.formats.xml_tags import XmlTagParser, analyze_xml_rows
 from eval_pipeline.models import ParseResult
+from eval_pipeline.splitting import find_batch, split_drop
 from eval_pipeline.steps_column import STEPS_DTYPE
 from eval_pipeline.tool_registry import default_registry
 from eval_pipeline_tests.tagscan_modes import scan_mode  # noqa: F401
@@ -272,6 +273,65 @@ def test_plain_batches_are_decoded_by_arrow(tmp_path: Path,
     raw = assert_same_tables(path, monkeypatch)
     assert len(raw) == len(lines)
     assert "success_missing" in " ".join(raw["extra"])
+
+
+def test_padded_lines_and_columns_without_values_read_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines with whitespace ``bytes.strip()`` strips at either edge (the ids hash the
+    stripped line), and fields no record of the batch has (pandas makes an object column
+    of None, not a string or float one), decoded by Arrow as by ``json.loads``."""
+    rng = random.Random(5)
+    records = [{"raw_response": rng.choice(EDGE_RESPONSES),
+                "task_id": rng.choice([None, f"t{i}", "dup"])} for i in range(120)]
+    pads = ["", " ", "\t", " \t  \r"]
+    lines = [rng.choice(pads) + json.dumps(r) + rng.choice(pads) for r in records]
+    path = tmp_path / "padded.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n \n").encode("utf-8"))
+    assert xml_arrow.json_table(path.read_bytes()) is not None
+    raw = assert_same_tables(path, monkeypatch)
+    # Whitespace JSON does not allow (Arrow's reader fails): read by json.loads.
+    lines[3] = "\x0b\x0c " + lines[3] + "\x0c"
+    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
+    assert xml_arrow.json_table(path.read_bytes()) is None
+    assert_same_tables(path, monkeypatch)
+    assert len(raw) == len(records)
+    assert [str(raw[c].dtype) for c in ("final_result", "timestamp", "duration")] == [
+        "object"] * 3
+    assert any(t.startswith("line") for t in raw["task_id"])
+    assert "duplicate_of" in " ".join(raw["extra"])
+
+
+def test_split_batches_read_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                     ) -> None:
+    """A drop cut into batches: each batch's lines and ids point at the drop's lines
+    (the split batch's manifest), on the Arrow reading's columns as on the rows."""
+    rng = random.Random(9)
+    records = [r for r in _plain_records(rng)
+               if not (isinstance(r.get("duration"), float) and r["duration"] != r["duration"])]
+    lines = [json.dumps(r) for r in records]
+    lines = [line for line in lines if '"duration": -0' not in line.replace("-0.", "")]
+    drop = tmp_path / "drop.jsonl"
+    drop.write_text("".join(line + ("\n\n" if i % 7 == 0 else "\n")
+                            for i, line in enumerate(lines)), "utf-8")
+    numbers = [i + 1 for i, text in enumerate(drop.read_text("utf-8").split("\n")) if text]
+    manifests = split_drop(drop, tmp_path / "batches", 50)
+    assert len(manifests) > 2
+    tables = []
+    for manifest in manifests:
+        path, found = find_batch(tmp_path / "batches", manifest.partition_key)
+        assert xml_arrow.json_table(path.read_bytes()) is not None
+        fast, fast_quarantined = ingest.read_batch(path, found, manifest.partition_key)
+        with monkeypatch.context() as patch:
+            patch.setattr(formats, "parse_arrow_rows", _python_rows)
+            slow, slow_quarantined = ingest.read_batch(path, found, manifest.partition_key)
+        assert fast_quarantined.empty and slow_quarantined.empty
+        assert [str(t) for t in fast.dtypes] == [str(t) for t in slow.dtypes]
+        for column in fast.columns:
+            assert _exact(fast[column].tolist()) == _exact(slow[column].tolist()), column
+        tables.append(fast)
+    raw = pd.concat(tables, ignore_index=True)
+    assert raw["source_line"].tolist() == numbers
+    assert [int(t.split(":")[1]) for t in raw["trajectory_id"]] == numbers
 
 
 @pytest.mark.parametrize("line", [
