@@ -30,8 +30,8 @@ PandasT = TypeVar("PandasT", pd.DataFrame, pd.Series)
 class Pieces(Generic[PandasT]):
     """DataFrames (or Series) added batch by batch, read back as their concatenation."""
 
-    def __init__(self, every: int = JOIN_EVERY) -> None:
-        self._every = every
+    def __init__(self, every: int | None = None) -> None:
+        self._every = JOIN_EVERY if every is None else every
         self._pieces: list[PandasT] = []
 
     def append(self, piece: PandasT) -> None:

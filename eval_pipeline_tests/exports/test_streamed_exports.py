@@ -25,6 +25,7 @@ import pytest
 from eval_pipeline.cli import main
 from eval_pipeline.defs.pipeline.definitions import build_definitions
 from eval_pipeline.defs.pipeline.partitions import BATCHES_PARTITION
+from eval_pipeline.exports import pieces, tables
 from eval_pipeline.judges.config import load_judges
 from eval_pipeline_tests.exports.reference_exports import reference_run
 from eval_pipeline_tests.formats.test_spans import phoenix_rows
@@ -114,10 +115,19 @@ def sample_drop(project_root: Path, tmp_path: Path) -> Path:
     return drop
 
 
+def join_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the export keeps across batches joined every 3 batches, and each asset file's
+    row group written every 2 batches, so a test's few batches take the paths a large
+    drop's thousands take (#12.3: the exports' memory no longer grows with the drop)."""
+    monkeypatch.setattr(pieces, "JOIN_EVERY", 3)
+    monkeypatch.setattr(tables, "ROW_GROUP_TABLES", 2)
+
+
 @pytest.mark.slow
 def test_streamed_exports_equal_the_whole_table_exports_on_many_small_batches(
         project_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
+    join_often(monkeypatch)
     drop = sample_drop(project_root, tmp_path)
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("EVAL_PIPELINE_STORE", str(tmp_path / "store"))
@@ -158,6 +168,7 @@ def test_streamed_exports_equal_the_whole_table_exports_with_labels_and_an_llm_j
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("EVAL_PIPELINE_STORE", str(tmp_path / "store"))
     monkeypatch.setenv("X_OPENAI_KEY", "sk-streamed-exports-0a1b2c")
+    join_often(monkeypatch)
     server = FakeLLMServer("openai", score_of=lambda prompt: (len(prompt) % 11) / 10,
                            faults=FaultMix(rate=0.05, seed=7, kinds=("400",))).start()
     try:
