@@ -355,7 +355,7 @@ def _removed_rows(frame: pd.DataFrame, rows: list[int],
     out["detail"] = ["; ".join(decided[i][1]) for i in rows]
     out["tool_call_count"] = [counts[i] for i in rows]
     out["duplicate_calls"] = [json.dumps(duplicates[i], ensure_ascii=False) for i in rows]
-    return pd.DataFrame(out, columns=REPORT_COLUMNS)
+    return _columns_frame(out, REPORT_COLUMNS)
 
 
 _EMPTY_REPORT = pd.DataFrame([], columns=REPORT_COLUMNS)
@@ -585,18 +585,78 @@ _STR = pd.StringDtype(storage="pyarrow", na_value=float("nan"))
 
 def _columns_frame(columns: dict[str, Any], names: list[str]) -> pd.DataFrame:
     """``pd.DataFrame(columns, columns=names)`` for columns of one length with the default
-    index: Series are handed over as their arrays, so pandas does not align their indexes
-    (a union and a reindex per column: half of clipping a small batch, #12.4), and not
-    copied (every column here is made for this frame), but for a read-only numpy view
-    (of an Arrow buffer), which the frame's users may write to."""
-    return pd.DataFrame({name: (value.array if isinstance(value, pd.Series)
-                                else value.copy() if isinstance(value, np.ndarray)
-                                and not value.flags.writeable else value)
-                         for name, value in columns.items()}, columns=names, copy=False)
+    index, each column made here into the array pandas would make of it (a Series' array,
+    a string scalar or a list of strings as ``str``, None as an object column of None, a
+    list of ints or bools as numpy) and the frame built from those arrays without the
+    constructor's checks: inferring lists and broadcasting scalars was two thirds of
+    making a stage's frame, checking and aligning the rest (#12.1, #12.4). A read-only
+    numpy view (of an Arrow buffer) is copied, as the frame's users may write to it; a
+    column of any other kind sends the whole frame through the constructor."""
+    lengths = {len(v) for v in columns.values() if not _is_scalar(v)}
+    n = lengths.pop() if len(lengths) == 1 else 0
+    arrays = [_column_array(columns[name], n) for name in names] if n else []
+    if not n or any(a is None for a in arrays):
+        return pd.DataFrame({name: (value.array if isinstance(value, pd.Series)
+                                    else value.copy() if isinstance(value, np.ndarray)
+                                    and not value.flags.writeable else value)
+                             for name, value in columns.items()}, columns=names, copy=False)
+    return pd.DataFrame._from_arrays(  # type: ignore[attr-defined]
+        arrays, columns=_column_index(tuple(names)), index=pd.RangeIndex(n),
+        verify_integrity=False)
 
 
-def _str_column(values: list[str]) -> pd.api.extensions.ExtensionArray:
-    """Python strings (no None) as the ``str`` column pandas would make of them."""
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | bool | int | float)
+
+
+@lru_cache(maxsize=64)
+def _column_index(names: tuple[str, ...]) -> pd.Index:
+    """A stage's column names as the frame's column index, made once per stage (an Index
+    is immutable, so frames share it)."""
+    return pd.Index(list(names))
+
+
+def _column_array(value: Any, n: int) -> Any:
+    """The array ``pd.DataFrame`` makes of one column of ``n`` rows, for the kinds the
+    stages build (None for any other: the constructor decides)."""
+    if isinstance(value, pd.Series):
+        return value.array
+    if isinstance(value, pd.api.extensions.ExtensionArray):
+        return value
+    if isinstance(value, np.ndarray):
+        return value.copy() if not value.flags.writeable else value
+    if value is None:
+        return np.full(n, None, object)
+    if isinstance(value, str):
+        return _str_column([value] * n)
+    if isinstance(value, bool):
+        return np.full(n, value, bool)
+    if isinstance(value, int) and -(1 << 63) <= value < (1 << 63):
+        return np.full(n, value, np.int64)
+    if isinstance(value, float) and value == value:
+        return np.full(n, value, np.float64)
+    if isinstance(value, list):
+        kinds = set(map(type, value))
+        if kinds == {str} or kinds == {str, type(None)}:
+            return _str_column(value)
+        if kinds == {type(None)}:
+            return np.full(n, None, object)
+        if kinds == {bool}:
+            return np.array(value, bool)
+        if kinds == {bool, type(None)}:
+            column = np.empty(n, object)
+            column[:] = value
+            return column
+        if kinds == {int}:
+            try:
+                return np.array(value, np.int64)
+            except OverflowError:
+                return None
+    return None
+
+
+def _str_column(values: Sequence[str | None]) -> pd.api.extensions.ExtensionArray:
+    """Python strings as the ``str`` column pandas would make of them (None: NaN)."""
     return pd.arrays.ArrowStringArray(  # type: ignore[call-arg]
         pa.chunked_array([pa.array(values, pa.large_string())]), dtype=_STR)
 
