@@ -1251,6 +1251,175 @@ done:
     return result;
 }
 
+/* ---- xml_tags._scan of one str ---------------------------------------------------------
+ * The tag tokens of ``_TAG`` = <(?:/([A-Za-z_][\w.-]*)\s*|([A-Za-z_][\w.-]*)(?:\s[^<>]*)?)>
+ * found left to right as re.finditer finds them, paired per name as _scan pairs them, over
+ * the str's own code points (so offsets are character offsets). Neither alternative can
+ * backtrack into a different match (a name is followed by whitespace or '>', and the
+ * attributes run to the first '<' or '>'), so one forward pass decides each '<'. \w and \s
+ * are the regex module's Unicode classes: Py_UNICODE_ISALNUM or '_', Py_UNICODE_ISSPACE.
+ */
+static inline int scan_first(Py_UCS4 c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+
+static inline int scan_namechar(Py_UCS4 c) {
+    if (c < 128)
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
+            || c == '_' || c == '.' || c == '-';
+    return Py_UNICODE_ISALNUM(c);
+}
+
+/* The lower-cased name text[start:end], one object per distinct name of the call. */
+static PyObject *scan_name(PyObject *text, int kind, const void *data, Py_ssize_t start,
+                           Py_ssize_t end, PyObject *names) {
+    PyObject *lowered;
+    int ascii = 1;
+    char small[64];
+    Py_ssize_t len = end - start;
+    for (Py_ssize_t k = start; k < end; k++)
+        if (PyUnicode_READ(kind, data, k) >= 128) { ascii = 0; break; }
+    if (ascii && len <= (Py_ssize_t)sizeof(small)) {
+        for (Py_ssize_t k = 0; k < len; k++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, start + k);
+            small[k] = (char)((c >= 'A' && c <= 'Z') ? c + 32 : c);
+        }
+        lowered = PyUnicode_FromStringAndSize(small, len);
+    } else {
+        PyObject *raw = PyUnicode_Substring(text, start, end);
+        if (!raw) return NULL;
+        lowered = PyObject_CallMethod(raw, "lower", NULL);
+        Py_DECREF(raw);
+    }
+    if (!lowered) return NULL;
+    PyObject *known = PyDict_GetItemWithError(names, lowered);
+    if (known) { Py_INCREF(known); Py_DECREF(lowered); return known; }
+    if (PyErr_Occurred() || PyDict_SetItem(names, lowered, lowered) < 0) {
+        Py_DECREF(lowered);
+        return NULL;
+    }
+    return lowered;
+}
+
+static int list_set_int(PyObject *list, Py_ssize_t i, Py_ssize_t value) {
+    PyObject *v = PyLong_FromSsize_t(value);
+    if (!v) return -1;
+    return PyList_SetItem(list, i, v);  /* steals v */
+}
+
+static int list_push_int(PyObject *list, Py_ssize_t value) {
+    PyObject *v = PyLong_FromSsize_t(value);
+    if (!v) return -1;
+    int r = PyList_Append(list, v);
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *tag_scan(PyObject *self, PyObject *args) {
+    PyObject *text;
+    if (!PyArg_ParseTuple(args, "U", &text)) return NULL;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    PyObject *starts = PyList_New(0), *ends = PyList_New(0), *tags = PyList_New(0);
+    PyObject *close_starts = PyList_New(0), *close_ends = PyList_New(0);
+    PyObject *next_same = PyList_New(0);
+    PyObject *names = PyDict_New();   /* lowered name -> itself */
+    PyObject *stacks = PyDict_New();  /* name -> list of open indices */
+    PyObject *last = PyDict_New();    /* name -> index of its latest opening */
+    if (!starts || !ends || !tags || !close_starts || !close_ends || !next_same || !names
+        || !stacks || !last) goto fail;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (PyUnicode_READ(kind, data, i) != '<') { i++; continue; }
+        Py_ssize_t p = i;
+        i = p + 1;
+        if (p + 1 >= n) break;
+        Py_UCS4 c = PyUnicode_READ(kind, data, p + 1);
+        if (c == '/') {
+            Py_ssize_t q = p + 2;
+            if (q >= n || !scan_first(PyUnicode_READ(kind, data, q))) continue;
+            Py_ssize_t r = q + 1;
+            while (r < n && scan_namechar(PyUnicode_READ(kind, data, r))) r++;
+            Py_ssize_t name_end = r;
+            while (r < n && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, r))) r++;
+            if (r >= n || PyUnicode_READ(kind, data, r) != '>') continue;
+            i = r + 1;
+            PyObject *name = scan_name(text, kind, data, q, name_end, names);
+            if (!name) goto fail;
+            PyObject *stack = PyDict_GetItemWithError(stacks, name);
+            Py_DECREF(name);
+            if (!stack) { if (PyErr_Occurred()) goto fail; continue; }
+            Py_ssize_t size = PyList_GET_SIZE(stack);
+            if (!size) continue;
+            Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(stack, size - 1));
+            if (PyList_SetSlice(stack, size - 1, size, NULL) < 0) goto fail;
+            if (list_set_int(close_starts, at, p) < 0 || list_set_int(close_ends, at, i) < 0)
+                goto fail;
+            continue;
+        }
+        if (!scan_first(c)) continue;
+        Py_ssize_t r = p + 2;
+        while (r < n && scan_namechar(PyUnicode_READ(kind, data, r))) r++;
+        Py_ssize_t name_end = r;
+        if (r >= n) continue;
+        Py_UCS4 d = PyUnicode_READ(kind, data, r);
+        if (d != '>') {
+            if (!Py_UNICODE_ISSPACE(d)) continue;
+            r++;
+            while (r < n) {
+                Py_UCS4 e = PyUnicode_READ(kind, data, r);
+                if (e == '<' || e == '>') break;
+                r++;
+            }
+            if (r >= n || PyUnicode_READ(kind, data, r) != '>') continue;
+        }
+        Py_ssize_t end = r + 1;
+        i = end;
+        if (PyUnicode_READ(kind, data, end - 2) == '/') continue;  /* <execute_tools /> */
+        PyObject *name = scan_name(text, kind, data, p + 1, name_end, names);
+        if (!name) goto fail;
+        Py_ssize_t index = PyList_GET_SIZE(starts);
+        if (list_push_int(starts, p) < 0 || list_push_int(ends, end) < 0
+            || PyList_Append(tags, name) < 0 || list_push_int(close_starts, -1) < 0
+            || list_push_int(close_ends, -1) < 0 || list_push_int(next_same, -1) < 0) {
+            Py_DECREF(name);
+            goto fail;
+        }
+        PyObject *previous = PyDict_GetItemWithError(last, name);
+        if (previous) {
+            if (list_set_int(next_same, PyLong_AsSsize_t(previous), p) < 0) {
+                Py_DECREF(name);
+                goto fail;
+            }
+        } else if (PyErr_Occurred()) { Py_DECREF(name); goto fail; }
+        PyObject *at = PyLong_FromSsize_t(index);
+        if (!at || PyDict_SetItem(last, name, at) < 0) {
+            Py_XDECREF(at); Py_DECREF(name); goto fail;
+        }
+        PyObject *stack = PyDict_GetItemWithError(stacks, name);
+        if (!stack) {
+            if (PyErr_Occurred()) { Py_DECREF(at); Py_DECREF(name); goto fail; }
+            stack = PyList_New(0);
+            if (!stack || PyDict_SetItem(stacks, name, stack) < 0) {
+                Py_XDECREF(stack); Py_DECREF(at); Py_DECREF(name); goto fail;
+            }
+            Py_DECREF(stack);  /* the dict holds it */
+        }
+        int failed = PyList_Append(stack, at);
+        Py_DECREF(at);
+        Py_DECREF(name);
+        if (failed < 0) goto fail;
+    }
+    Py_DECREF(names); Py_DECREF(stacks); Py_DECREF(last);
+    return Py_BuildValue("(NNNNNN)", starts, ends, tags, close_starts, close_ends, next_same);
+fail:
+    Py_XDECREF(starts); Py_XDECREF(ends); Py_XDECREF(tags); Py_XDECREF(close_starts);
+    Py_XDECREF(close_ends); Py_XDECREF(next_same); Py_XDECREF(names); Py_XDECREF(stacks);
+    Py_XDECREF(last);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"xml_scan", xml_scan, METH_VARARGS,
      "xml_scan(data, total, offsets, names) -> (lt, rec, closing, taglike, run, term, "
@@ -1288,6 +1457,9 @@ static PyMethodDef methods[] = {
     {"strip_hash", strip_hash, METH_VARARGS,
      "strip_hash(data, offsets) -> uint64 hash per string of its text without tags and "
      "whitespace."},
+    {"tag_scan", tag_scan, METH_VARARGS,
+     "tag_scan(text) -> (starts, ends, tags, close_starts, close_ends, next_same): "
+     "xml_tags._scan of one str, in character offsets."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -40,6 +40,7 @@ from eval_pipeline.models import (
     Trajectory,
     steps_from_rows,
 )
+from eval_pipeline.tagscan import kernel
 from eval_pipeline.tool_registry import ToolRegistry
 
 FORMAT_NAME = "xml_tags"
@@ -109,8 +110,19 @@ def _scan(text: str) -> tuple[list[int], list[int], list[str], list[int], list[i
     ignored and an open left on a stack is unclosed. Linear, whatever the nesting depth.
     One regex finds opens and closes in text order (neither kind of tag holds a ``<``, so
     no match hides another). Parallel lists of ints, not a tuple per tag and dicts keyed
-    by position: the scan runs over every tag of every record (#12.1).
+    by position: the scan runs over every tag of every record (#12.1). The C kernel's
+    ``tag_scan`` gives the same lists in one pass (``test_tag_scan.py``), where it is
+    built and on.
     """
+    compiled = kernel()
+    if compiled is not None:
+        return compiled.tag_scan(text)
+    return _scan_python(text)
+
+
+def _scan_python(text: str) -> tuple[list[int], list[int], list[str], list[int], list[int],
+                                     list[int]]:
+    """:func:`_scan` with the regex: the reference the C kernel is held to."""
     starts: list[int] = []
     ends: list[int] = []
     tags: list[str] = []
