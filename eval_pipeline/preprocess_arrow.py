@@ -415,8 +415,11 @@ def screen_batch(responses: pa.Array, steps: pa.ListArray, reparse: np.ndarray,
             fields = zip(content.take(take).to_pylist(), tool_input.take(take).to_pylist(),
                          tool_type.take(take).to_pylist(), tool_name.take(take).to_pylist(),
                          strict=True)
-            identity = {int(i): _identity(c, ti, tt, tn, registry)
-                        for i, (c, ti, tt, tn) in zip(needed.tolist(), fields, strict=True)}
+            # A repeated call (what the rule looks for) has the same fields as the one
+            # before it: each distinct call's identity made once (3 in 5 of the drop's).
+            made: dict[tuple[str | None, ...], str] = {}
+            identity = {int(i): made.get(f) or made.setdefault(f, _identity(*f, registry))
+                        for i, f in zip(needed.tolist(), fields, strict=True)}
             for p in pairs.tolist():
                 if identity[p] == identity[p + 1]:
                     duplicates[int(call_rows[p])].append(identity[p + 1][:200])
