@@ -258,7 +258,7 @@ static PyObject *xml_pair(PyObject *self, PyObject *args) {
                           &b[5], &b[6], &b[7], &b[8], &b[9], &n, &answer, &tool_call))
         return NULL;
     PyObject *result = NULL, *bad_obj = NULL;
-    vec out[12] = {{0}};
+    vec out[14] = {{0}};
     keyset closers = {0};
     unsigned char *status = NULL, *later = NULL;
     Py_ssize_t *stack = NULL;
@@ -388,8 +388,15 @@ static PyObject *xml_pair(PyObject *self, PyObject *args) {
                 if (open_top >= 0) continue;  /* text of a body */
                 {
                     int known_run = run[c] > 0 && run[c] < XML_WINDOW && term[c] < 0x80;
-                    if (!(self_closing[c] || closing[c] || (known_run && !lat[c])))
+                    if (known_run && lat[c] && !self_closing[c] && !closing[c]) {
+                        /* An opener of another name with a closer of it further on: a
+                         * tool call only if the closer it pairs with is followed by a
+                         * trigger, which the caller checks (verify). */
+                        PUSH(out[12], int64_t, lt[c]);
+                        PUSH(out[13], int64_t, r);
+                    } else if (!(self_closing[c] || closing[c] || (known_run && !lat[c]))) {
                         bad[r] = 1;
+                    }
                 }
                 continue;
             default:
@@ -398,12 +405,12 @@ static PyObject *xml_pair(PyObject *self, PyObject *args) {
         }
     }
     {
-        PyObject *arrays = vecs_tuple(out, 12);
+        PyObject *arrays = vecs_tuple(out, 14);
         if (arrays) result = Py_BuildValue("(ON)", bad_obj, arrays);
     }
     goto done;
 fail:
-    for (int i = 0; i < 12; i++) vec_free(&out[i]);
+    for (int i = 0; i < 14; i++) vec_free(&out[i]);
 done:
     Py_XDECREF(bad_obj);
     PyMem_Free(closers.keys);
@@ -1428,7 +1435,8 @@ static PyMethodDef methods[] = {
     {"xml_pair", xml_pair, METH_VARARGS,
      "xml_pair(lt, rec, closing, taglike, run, term, exact_id, loose, name_hash, "
      "self_closing, n, answer, tool_call) -> (bad, (top_pos, top_name, top_close, top_rec, "
-     "top_end, lim_pos, lim_rec, lim_end, lim_limit, orphan_pos, orphan_rec, orphan_name))"},
+     "top_end, lim_pos, lim_rec, lim_end, lim_limit, orphan_pos, orphan_rec, orphan_name, "
+     "verify_pos, verify_rec))"},
     {"split_actions", split_actions, METH_VARARGS,
      "split_actions(data, starts, ends) -> (how, name_start, name_end, value_start, "
      "value_end): xml_tags.split_action of each body, 2 where Python must read it."},

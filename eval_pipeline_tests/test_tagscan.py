@@ -118,7 +118,8 @@ def test_xml_pairs_match_numpy(seed: int) -> None:
     assert 50 < int((~bad).sum()) < n  # both kinds of record are common here
     for group in (("tok_pos", "tok_name", "tok_close", "tok_rec", "tok_end", "tok_rec"),
                   ("lim_pos", "lim_end", "lim_limit", "lim_rec", "lim_rec"),
-                  ("orphan_pos", "orphan_name", "orphan_rec", "orphan_rec")):
+                  ("orphan_pos", "orphan_name", "orphan_rec", "orphan_rec"),
+                  ("verify_pos", "verify_rec", "verify_rec")):
         # Only good records' entries are used (bad ones are read in Python).
         keep_c = ~bad[getattr(compiled, group[-1])]
         keep_n = ~bad[getattr(fallback, group[-1])]

@@ -63,8 +63,10 @@ from pydantic import Field
 from eval_pipeline.formats.base import ParseContext, RawRecord, line_ids, one_array
 from eval_pipeline.formats.records import extra_json, finish_row, unregistered_row_tools
 from eval_pipeline.formats.xml_tags import (
+    _TRIGGER,
     StepRow,
     XmlTagParser,
+    _scan,
     analyze_xml_rows,
     split_action,
     strip_clip_evaluations,
@@ -467,6 +469,12 @@ class _Pairs:
     """Openers with no later tag of their name, between elements (noted, kept as text)."""
     orphan_rec: np.ndarray
     orphan_name: np.ndarray
+    verify_pos: np.ndarray
+    """Openers of other names, between elements, with a closer of their name further on
+    (``<execute_tools>`` ... ``</execute_tools>``): text, unless the closer the tag scan
+    pairs them with is followed by a trigger (then an unregistered tool call): checked per
+    record by :func:`_triggered` (``verify_rec``: their records)."""
+    verify_rec: np.ndarray
 
 
 def _pairs(cand: _Candidates, n: int, names: _Names) -> _Pairs:
@@ -631,9 +639,39 @@ def _pairs_numpy(cand: _Candidates, n: int, names: _Names) -> _Pairs:
             later_close[opener_at] = ((unique_key[where] == open_key)
                                       & (latest[where] > at[opener_at]))
     allowed_gap = self_closing | gap_close | (gap_open & known_run & ~later_close)
+    verify = gap_open & known_run & later_close
+    allowed_gap |= verify
     bad[rec_at[~inside & (in_answer | ~allowed_gap)]] = True
     return _Pairs(bad, tok_pos, tok_name, tok_close, tok_rec, tok_end, lim_pos, lim_rec,
-                  lim_end, lim_limit, orphan_pos, orphan_rec, orphan_name)
+                  lim_end, lim_limit, orphan_pos, orphan_rec, orphan_name, at[verify],
+                  rec_at[verify])
+
+
+def _triggered(array: pa.LargeStringArray, offsets: np.ndarray, buf: np.ndarray,
+               positions: np.ndarray, records: np.ndarray, bad: np.ndarray) -> list[int]:
+    """The records (of ``records``, not ``bad`` already) where an opener at byte
+    ``positions`` is read by the tag scan as an unregistered tool call: paired with a
+    closer followed by a trigger (``<execute_tools/>``, ``<result>``). Asked of the tag
+    scan itself (:func:`xml_tags._scan`, one pass in C), on the few records that hold such
+    a pair: most are not tool calls, and reading the whole record in Python cost ten
+    times more."""
+    found: list[int] = []
+    by_record: dict[int, list[int]] = {}
+    for position, record in zip(positions.tolist(), records.tolist(), strict=True):
+        if not bad[record]:
+            by_record.setdefault(record, []).append(position)
+    for record, at in by_record.items():
+        start = int(offsets[record])
+        text = array[record].as_py()
+        chars = [len(bytes(buf[start:p]).decode()) for p in at]
+        starts, _ends, _tags, close_starts, close_ends, _same = _scan(text)
+        index = {s: i for i, s in enumerate(starts)}
+        for char in chars:
+            i = index.get(char)
+            if i is not None and close_starts[i] >= 0 and _TRIGGER.match(text, close_ends[i]):
+                found.append(record)
+                break
+    return found
 
 
 def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: ToolRegistry,
@@ -659,6 +697,7 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     lim_first, lim_body_end, lim_unsure = _trim(buf, lim_end, lim_limit)
     lim_body_end = np.where(lim_first < lim_body_end, lim_body_end, lim_end)  # all blank
     bad[lim_rec[lim_unsure]] = True
+    bad[_triggered(array, offsets, buf, pairs.verify_pos, pairs.verify_rec, bad)] = True
     ok &= ~bad
 
     # The elements of the records read here: open tag and its closer (or the end).

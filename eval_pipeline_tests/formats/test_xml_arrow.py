@@ -112,15 +112,20 @@ def test_common_records_take_the_arrow_reading() -> None:
                   "x</think> <think>a</think></b>", "<think>a</think><execute_tools> b",
                   "<think>never closed", "<think>a\n<result>r</result>\n<answer>b",
                   "<answer>a</answer><answer>b <think>c</think>",
-                  ]) == [True] * 12
+                  # a pair of another name that no trigger follows: text, not a call
+                  "<execute_tools><microsandbox><x>1</x></microsandbox></execute_tools>",
+                  "<think>a</think><foo>x</foo>\n<think>b</think><foo>y</foo>",
+                  ]) == [True] * 14
     # What only Python reads exactly goes there.
     assert _fast(["<think>a <think>b", "<think>a<think>b</think>c</think>",
                   "<answer>a <b>b</b> <think>c</think>",
                   "<THINK>a</THINK>", "<answer>a <b>bold</b></answer>",
                   '<tool_call>{"name": "x"}</tool_call>', "<think>\u3000a</think>",
-                  "<execute_tools><microsandbox><x>1</x></microsandbox></execute_tools>",
+                  # a pair of another name followed by a trigger: an unregistered call
                   "<think>a</think><foo>x</foo>\n<result>r</result>",
-                  ]) == [False] * 9
+                  "<foo>x</foo> <execute_tools/>", "<foo>x<foo>y</foo></foo><result>r",
+                  "<foo>x</FOO> \n<RESULT>r</RESULT>",
+                  ]) == [False] * 11
 
 
 EDGE_RESPONSES = [
