@@ -820,18 +820,17 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
         body_start, body_end = e_open_end[el[tool_rows]], e_body_end[el[tool_rows]]
         actions, inputs = _split_actions(data, body_start, body_end)
         unknown_sets: dict[int, set[str]] = {}
-        type_of_tag = registry.tool_type_for_tag
-        type_of_name = registry.tool_type_for_name
+        # (tag, action) -> (name, type): a batch's calls use a few dozen of them.
+        typed: dict[tuple[int, str | None], tuple[str, str]] = {}
         for r, (action, value), nm in zip(g_rec[tool_rows].tolist(), actions,
                                           name[tool_rows].tolist(), strict=True):
-            tag = tags[nm]
-            kind_of = type_of_tag(tag)
-            if kind_of == GENERIC_TOOL_TYPE:
-                kind_of = type_of_name(action or tag)
-                if kind_of == GENERIC_TOOL_TYPE:
-                    unknown_sets.setdefault(r, set()).add(action or tag)
-            call_names.append(action or tag)
-            call_types.append(kind_of)
+            call = typed.get((nm, action))
+            if call is None:
+                call = typed[nm, action] = _call_type(tags[nm], action, registry)
+            if call[1] == GENERIC_TOOL_TYPE:
+                unknown_sets.setdefault(r, set()).add(call[0])
+            call_names.append(call[0])
+            call_types.append(call[1])
             call_inputs.append(value)
         for r, found in unknown_sets.items():
             unknown[r] = sorted(found)
@@ -871,6 +870,15 @@ def _chunk_steps(array: pa.LargeStringArray, encoded: np.ndarray, registry: Tool
     steps = pa.ListArray.from_arrays(pa.array(list_offsets), struct,
                                      type=pa.list_(STEP_ARROW_TYPE))
     return ArrowSteps(ok, steps, notes, unknown, array, encoded)
+
+
+def _call_type(tag: str, action: str | None, registry: ToolRegistry) -> tuple[str, str]:
+    """A call's name and tool type from its tag and action, as the tag scan types it: by
+    the tag, else (a generic tag) by the action or the tag's name."""
+    kind_of = registry.tool_type_for_tag(tag)
+    if kind_of == GENERIC_TOOL_TYPE:
+        kind_of = registry.tool_type_for_name(action or tag)
+    return action or tag, kind_of
 
 
 def _split_actions(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray
