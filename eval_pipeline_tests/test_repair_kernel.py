@@ -197,6 +197,9 @@ def test_the_kernels_folds_are_re_s() -> None:
             if not other.isascii():
                 found[other] = c
     assert found == FOLDS
+    # The same in a character set (re may compile the names' alternation into sets).
+    in_set = re.findall(r"[a-z0-9_.:-]", everything, re.IGNORECASE)
+    assert {c for c in in_set if not c.isascii()} == set(FOLDS)
     for char, letter in FOLDS.items():
         for name in [n for n in SPEC[0] if letter in n] if SPEC else []:
             folded = name.replace(letter, char, 1)
