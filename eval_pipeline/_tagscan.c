@@ -15,6 +15,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>  /* a compiler intrinsic header, no library */
+#endif
 
 /* ---- growable output arrays ---------------------------------------------------------- */
 
@@ -1427,6 +1430,464 @@ fail:
     return NULL;
 }
 
+/* ---- repair_tags: preprocess.repair_tags on a str ------------------------------------- */
+
+/* repair_tags(text, names, flat, opaque) -> (text, fixes) | None
+ *
+ * preprocess._repair_tags_python's walk, on the str's own code points (so a fix's "at char
+ * N" is a character offset without any UTF-8 mapping): the token pattern
+ * ``<(/?)(names)(\s[^<>]*)?(/?)>`` and the line-start pattern ``\n[ \t]*<(names)\b`` with
+ * re.IGNORECASE matched by hand. names: the known tags lowercased, deduplicated, ASCII
+ * letters, digits, '_', '-', '.' and ':' only (the caller checks); flat, opaque: a byte per
+ * name. ``\s`` and ``\w`` are sre's own classes (Py_UNICODE_ISSPACE, Py_UNICODE_ISALNUM
+ * or '_'), so non-ASCII spaces and letters count as Python counts them. The one place the
+ * hand matcher is not sure: a non-ASCII character that re.IGNORECASE folds onto an ASCII
+ * letter of a name (U+0130, U+0131 with 'i', U+017F with 's', U+212A with 'k'; the tests
+ * check there are no others). There Python's name.lower() of the matched text is not the
+ * name, so the function returns None and the Python walk repairs the response. */
+
+#define RT_NAMES 64
+#define RT_BAIL (-2)
+
+typedef struct {
+    int n;
+    const char *name[RT_NAMES];
+    Py_ssize_t len[RT_NAMES];
+    unsigned char flat[RT_NAMES], opaque[RT_NAMES];
+    uint64_t first[128];  /* names by their first (lowercase) character */
+} rt_names;
+
+typedef struct {
+    int kind;
+    const void *data;
+    Py_ssize_t n;
+} rt_text;
+
+typedef struct {
+    Py_ssize_t start, end, attr_start, attr_end;  /* attr_start -1: no attributes group */
+    int name, closing, self_closing;
+} rt_token;
+
+#define RT_READ(t, i) PyUnicode_READ((t)->kind, (t)->data, (i))
+
+/* The lowercase ASCII letter a character matches under re.IGNORECASE: c itself lowered if
+ * ASCII; for the four non-ASCII characters folding onto ASCII letters, 0x100 | the letter;
+ * else 0 (matches no name character). */
+static inline unsigned rt_fold(Py_UCS4 c) {
+    if (c < 128) return lower((unsigned char)c);
+    switch (c) {
+    case 0x130: case 0x131: return 0x100 | 'i';
+    case 0x17F: return 0x100 | 's';
+    case 0x212A: return 0x100 | 'k';
+    default: return 0;
+    }
+}
+
+static inline int rt_word(Py_UCS4 c) { return c == '_' || Py_UNICODE_ISALNUM(c); }
+
+/* First index >= from of ch (ASCII), or t->n. Most responses are UCS-2 or UCS-4 (a
+ * Chinese or emoji character anywhere makes them so): SSE2 compares 8 or 4 characters at
+ * a time (a plain loop, a third of the kernel's time, elsewhere). */
+static Py_ssize_t rt_find(const rt_text *t, Py_ssize_t from, Py_UCS4 ch) {
+    Py_ssize_t n = t->n, i = from;
+    if (from >= n) return n;
+    if (t->kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *d = t->data;
+        const Py_UCS1 *hit = memchr(d + from, (int)ch, (size_t)(n - from));
+        return hit ? hit - d : n;
+    }
+    if (t->kind == PyUnicode_2BYTE_KIND) {
+        const Py_UCS2 *d = t->data;
+#ifdef __SSE2__
+        const __m128i needle = _mm_set1_epi16((short)ch);
+        for (; i + 8 <= n; i += 8) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(d + i));
+            int mask = _mm_movemask_epi8(_mm_cmpeq_epi16(v, needle));
+            if (mask) return i + (__builtin_ctz((unsigned)mask) >> 1);
+        }
+#endif
+        for (; i < n; i++)
+            if (d[i] == ch) return i;
+        return n;
+    }
+    const Py_UCS4 *d = t->data;
+#ifdef __SSE2__
+    const __m128i needle = _mm_set1_epi32((int)ch);
+    for (; i + 4 <= n; i += 4) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(d + i));
+        int mask = _mm_movemask_epi8(_mm_cmpeq_epi32(v, needle));
+        if (mask) return i + (__builtin_ctz((unsigned)mask) >> 2);
+    }
+#endif
+    for (; i < n; i++)
+        if (d[i] == ch) return i;
+    return n;
+}
+
+/* Name k at text[i:]: 1 if it matches (ASCII case-insensitively), 0 if not, RT_BAIL if a
+ * non-ASCII character folding onto the name's letter is met. */
+static int rt_name_at(const rt_text *t, const rt_names *nm, int k, Py_ssize_t i) {
+    Py_ssize_t len = nm->len[k];
+    if (i + len > t->n) return 0;
+    for (Py_ssize_t m = 0; m < len; m++) {
+        unsigned f = rt_fold(RT_READ(t, i + m));
+        if (f == (unsigned char)nm->name[k][m]) continue;
+        if (f == (0x100u | (unsigned char)nm->name[k][m])) return RT_BAIL;
+        return 0;
+    }
+    return 1;
+}
+
+/* The names whose first character the character at i may match (empty past the end). */
+static inline uint64_t rt_candidates(const rt_text *t, const rt_names *nm, Py_ssize_t i) {
+    if (i >= t->n) return 0;
+    unsigned f = rt_fold(RT_READ(t, i)) & 0x7F;
+    return f ? nm->first[f] : 0;
+}
+
+/* The token pattern at the '<' at p: 1 and *tok filled, 0 if it does not match there,
+ * RT_BAIL. At most one name can complete a match (names hold no space, '/' or '>'), so
+ * the alternation's order does not matter. */
+static int rt_token_at(const rt_text *t, const rt_names *nm, Py_ssize_t p, rt_token *tok) {
+    Py_ssize_t n = t->n, i = p + 1;
+    int closing = 0;
+    if (i < n && RT_READ(t, i) == '/') { closing = 1; i++; }
+    uint64_t cand = rt_candidates(t, nm, i);
+    while (cand) {
+        int k = __builtin_ctzll(cand);
+        cand &= cand - 1;
+        int hit = rt_name_at(t, nm, k, i);
+        if (hit == RT_BAIL) return RT_BAIL;
+        if (!hit) continue;
+        Py_ssize_t e = i + nm->len[k];
+        if (e >= n) continue;
+        Py_UCS4 c = RT_READ(t, e);
+        tok->start = p;
+        tok->name = k;
+        tok->closing = closing;
+        tok->self_closing = 0;
+        tok->attr_start = tok->attr_end = -1;
+        if (Py_UNICODE_ISSPACE(c)) {
+            /* (\s[^<>]*)? greedy: up to the first '<' or '>', which must be '>'; a '/'
+             * before it is the attributes' (so "<think />" is not self-closing). */
+            Py_ssize_t j = e + 1;
+            for (; j < n; j++) {
+                Py_UCS4 d = RT_READ(t, j);
+                if (d == '<' || d == '>') break;
+            }
+            if (j >= n || RT_READ(t, j) != '>') continue;
+            tok->attr_start = e;
+            tok->attr_end = j;
+            tok->end = j + 1;
+            return 1;
+        }
+        if (c == '/' && e + 1 < n && RT_READ(t, e + 1) == '>') {
+            tok->self_closing = 1;
+            tok->end = e + 2;
+            return 1;
+        }
+        if (c == '>') {
+            tok->end = e + 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The first token starting at or after pos: 1, 0 (none), RT_BAIL. */
+static int rt_next_token(const rt_text *t, const rt_names *nm, Py_ssize_t pos, rt_token *tok) {
+    for (Py_ssize_t p = rt_find(t, pos, '<'); p < t->n; p = rt_find(t, p + 1, '<')) {
+        int got = rt_token_at(t, nm, p, tok);
+        if (got) return got;
+    }
+    return 0;
+}
+
+/* _own_tag: the end of the opaque tag k's closer after pos, -1 if another opening of it
+ * or nothing comes first, RT_BAIL. */
+static Py_ssize_t rt_own_tag(const rt_text *t, const rt_names *nm, Py_ssize_t pos, int k) {
+    rt_token tok;
+    for (;;) {
+        int got = rt_next_token(t, nm, pos, &tok);
+        if (got == RT_BAIL) return RT_BAIL;
+        if (!got) return -1;
+        pos = tok.end;
+        if (tok.name != k) continue;
+        int has_attrs = tok.attr_start >= 0;
+        if (tok.closing) {
+            if (tok.self_closing) continue;
+            int blank = 1;
+            for (Py_ssize_t j = tok.attr_start; has_attrs && j < tok.attr_end; j++)
+                if (!Py_UNICODE_ISSPACE(RT_READ(t, j))) { blank = 0; break; }
+            if (blank) return tok.end;
+        } else if (has_attrs || !tok.self_closing) {
+            return -1;
+        }
+    }
+}
+
+/* The first match of \n[ \t]*<(names)\b at or after pos: its start, -1, RT_BAIL. */
+static Py_ssize_t rt_line_start(const rt_text *t, const rt_names *nm, Py_ssize_t pos) {
+    Py_ssize_t n = t->n;
+    for (Py_ssize_t q = rt_find(t, pos, '\n'); q < n; q = rt_find(t, q + 1, '\n')) {
+        Py_ssize_t i = q + 1;
+        while (i < n && (RT_READ(t, i) == ' ' || RT_READ(t, i) == '\t')) i++;
+        if (i >= n || RT_READ(t, i) != '<') continue;
+        i++;
+        uint64_t cand = rt_candidates(t, nm, i);
+        while (cand) {
+            int k = __builtin_ctzll(cand);
+            cand &= cand - 1;
+            int hit = rt_name_at(t, nm, k, i);
+            if (hit == RT_BAIL) return RT_BAIL;
+            if (!hit) continue;
+            Py_ssize_t e = i + nm->len[k];
+            int before = rt_word(RT_READ(t, e - 1));
+            int after = e < n && rt_word(RT_READ(t, e));
+            if (before != after) return q;
+        }
+    }
+    return -1;
+}
+
+enum { RT_CLOSED_BEFORE_OPEN, RT_CLOSED_AT, RT_CLOSED_BEFORE_CLOSE, RT_STRAY, RT_CLOSED_END };
+
+typedef struct {
+    Py_ssize_t start, end;  /* the text replaced */
+    int insert;             /* the name whose closer goes in, -1: nothing (a removal) */
+} rt_edit;
+
+typedef struct {
+    int how, a, b;
+    Py_ssize_t at;
+} rt_fix;
+
+/* The walk; 1 done, RT_BAIL, -1 error (memory). */
+static int rt_walk(const rt_text *t, const rt_names *nm, vec *edits, vec *fixes) {
+    vec stack_v = {0};
+    int status = 1;
+    Py_ssize_t n = t->n, pos = 0, boundary = -3;  /* -3: not searched, -1: none */
+    rt_token tok;
+#define RT_EDIT(s, e, k) do { rt_edit _e = {(s), (e), (k)}; \
+        if (vec_push(edits, &_e, sizeof _e) < 0) goto oom; } while (0)
+#define RT_FIX(h, x, y, at_) do { rt_fix _f = {(h), (x), (y), (at_)}; \
+        if (vec_push(fixes, &_f, sizeof _f) < 0) goto oom; } while (0)
+#define STACK ((int *)stack_v.data)
+#define DEPTH ((Py_ssize_t)(stack_v.len / (Py_ssize_t)sizeof(int)))
+    for (;;) {
+        int got = rt_next_token(t, nm, pos, &tok);
+        if (got == RT_BAIL) { status = RT_BAIL; goto out; }
+        if (!got) break;
+        int k = tok.name;
+        Py_ssize_t start = tok.start;
+        pos = tok.end;
+        if (tok.self_closing) continue;
+        if (!tok.closing && DEPTH && nm->flat[STACK[DEPTH - 1]]) {
+            int top = STACK[DEPTH - 1];
+            RT_EDIT(start, start, top);
+            RT_FIX(RT_CLOSED_BEFORE_OPEN, top, k, start);
+            stack_v.len -= sizeof(int);
+        }
+        if (!tok.closing && nm->opaque[k]) {
+            Py_ssize_t closer = rt_own_tag(t, nm, pos, k);
+            if (closer == RT_BAIL) { status = RT_BAIL; goto out; }
+            if (closer >= 0) { pos = closer; continue; }
+            if (boundary == -3 || (boundary >= 0 && boundary < pos)) {
+                boundary = rt_line_start(t, nm, pos);
+                if (boundary == RT_BAIL) { status = RT_BAIL; goto out; }
+            }
+            Py_ssize_t stop = boundary >= 0 ? boundary : n;
+            RT_EDIT(stop, stop, k);
+            RT_FIX(RT_CLOSED_AT, k, -1, stop);
+            pos = stop;
+            continue;
+        }
+        if (!tok.closing) {
+            if (vec_push(&stack_v, &k, sizeof k) < 0) goto oom;
+            continue;
+        }
+        Py_ssize_t at = DEPTH - 1;
+        while (at >= 0 && STACK[at] != k) at--;
+        if (at >= 0) {
+            while (STACK[DEPTH - 1] != k) {
+                int inner = STACK[DEPTH - 1];
+                stack_v.len -= sizeof(int);
+                RT_EDIT(start, start, inner);
+                RT_FIX(RT_CLOSED_BEFORE_CLOSE, inner, k, start);
+            }
+            stack_v.len -= sizeof(int);
+        } else {
+            RT_EDIT(start, pos, -1);
+            RT_FIX(RT_STRAY, k, -1, start);
+        }
+    }
+    while (DEPTH) {
+        int k = STACK[DEPTH - 1];
+        stack_v.len -= sizeof(int);
+        RT_EDIT(n, n, k);
+        RT_FIX(RT_CLOSED_END, k, -1, n);
+    }
+    goto out;
+oom:
+    status = -1;
+out:
+    vec_free(&stack_v);
+    return status;
+#undef RT_EDIT
+#undef RT_FIX
+#undef STACK
+#undef DEPTH
+}
+
+static PyObject *rt_fix_text(const rt_names *nm, const rt_fix *f) {
+    switch (f->how) {
+    case RT_CLOSED_BEFORE_OPEN:
+        return PyUnicode_FromFormat("closed <%s> before <%s> at char %zd", nm->name[f->a],
+                                    nm->name[f->b], f->at);
+    case RT_CLOSED_AT:
+        return PyUnicode_FromFormat("closed <%s> at char %zd", nm->name[f->a], f->at);
+    case RT_CLOSED_BEFORE_CLOSE:
+        return PyUnicode_FromFormat("closed <%s> before </%s> at char %zd", nm->name[f->a],
+                                    nm->name[f->b], f->at);
+    case RT_STRAY:
+        return PyUnicode_FromFormat("removed stray </%s> at char %zd", nm->name[f->a], f->at);
+    default:
+        return PyUnicode_FromFormat("closed <%s> at end of response", nm->name[f->a]);
+    }
+}
+
+/* The text with the edits made (in text order, as _apply makes them). Without a removal
+ * every character stays, so the result has the text's kind and is built in place; a
+ * removal may take the only wide characters, so those are joined (which finds the
+ * narrowest kind, as CPython requires). */
+static PyObject *rt_apply(PyObject *text, const rt_names *nm, const rt_edit *edits,
+                          Py_ssize_t count) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (!count) return Py_NewRef(text);
+    int removal = 0;
+    Py_ssize_t size = n;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (edits[i].insert < 0) removal = 1;
+        else size += nm->len[edits[i].insert] + 3;
+        size -= edits[i].end - edits[i].start;
+    }
+    if (removal) {
+        PyObject *pieces = PyList_New(0), *out = NULL;
+        if (!pieces) return NULL;
+        Py_ssize_t last = 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *piece = PyUnicode_Substring(text, last, edits[i].start);
+            if (!piece || PyList_Append(pieces, piece) < 0) { Py_XDECREF(piece); goto fail; }
+            Py_DECREF(piece);
+            if (edits[i].insert >= 0) {
+                piece = PyUnicode_FromFormat("</%s>", nm->name[edits[i].insert]);
+                if (!piece || PyList_Append(pieces, piece) < 0) {
+                    Py_XDECREF(piece);
+                    goto fail;
+                }
+                Py_DECREF(piece);
+            }
+            last = edits[i].end;
+        }
+        PyObject *piece = PyUnicode_Substring(text, last, n);
+        if (!piece || PyList_Append(pieces, piece) < 0) { Py_XDECREF(piece); goto fail; }
+        Py_DECREF(piece);
+        PyObject *empty = PyUnicode_FromStringAndSize("", 0);
+        if (empty) out = PyUnicode_Join(empty, pieces);
+        Py_XDECREF(empty);
+fail:
+        Py_DECREF(pieces);
+        return out;
+    }
+    PyObject *out = PyUnicode_New(size, PyUnicode_MAX_CHAR_VALUE(text));
+    if (!out) return NULL;
+    int kind = PyUnicode_KIND(out);
+    void *data = PyUnicode_DATA(out);
+    Py_ssize_t at = 0, last = 0;
+    for (Py_ssize_t i = 0; i <= count; i++) {
+        Py_ssize_t upto = i < count ? edits[i].start : n;
+        if (upto > last) {
+            if (PyUnicode_CopyCharacters(out, at, text, last, upto - last) < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            at += upto - last;
+        }
+        if (i == count) break;
+        const char *name = nm->name[edits[i].insert];
+        PyUnicode_WRITE(kind, data, at++, '<');
+        PyUnicode_WRITE(kind, data, at++, '/');
+        for (Py_ssize_t m = 0; m < nm->len[edits[i].insert]; m++)
+            PyUnicode_WRITE(kind, data, at++, (Py_UCS4)(unsigned char)name[m]);
+        PyUnicode_WRITE(kind, data, at++, '>');
+        last = edits[i].end;
+    }
+    return out;
+}
+
+static PyObject *repair_tags(PyObject *self, PyObject *args) {
+    PyObject *text, *names;
+    Py_buffer flat_b, opaque_b;
+    if (!PyArg_ParseTuple(args, "UO!y*y*", &text, &PyTuple_Type, &names, &flat_b, &opaque_b))
+        return NULL;
+    PyObject *result = NULL;
+    vec edits = {0}, fixes = {0};
+    rt_names nm;
+    if (PyUnicode_READY(text) < 0) goto done;
+    nm.n = (int)PyTuple_GET_SIZE(names);
+    if (PyTuple_GET_SIZE(names) > RT_NAMES || flat_b.len != nm.n || opaque_b.len != nm.n) {
+        PyErr_SetString(PyExc_ValueError, "repair_tags: at most 64 names, a flag byte each");
+        goto done;
+    }
+    memset(nm.first, 0, sizeof nm.first);
+    for (int k = 0; k < nm.n; k++) {
+        PyObject *item = PyTuple_GET_ITEM(names, k);
+        Py_ssize_t len;
+        const char *s = PyUnicode_Check(item) ? PyUnicode_AsUTF8AndSize(item, &len) : NULL;
+        int ok = s != NULL && len > 0;
+        for (Py_ssize_t m = 0; ok && m < len; m++) {
+            unsigned char c = (unsigned char)s[m];
+            ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'
+                 || c == '.' || c == ':';
+        }
+        for (int j = 0; ok && j < k; j++)
+            ok = strcmp(s, nm.name[j]) != 0;
+        if (!ok) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError,
+                            "repair_tags: names must be distinct, lowercase ASCII [a-z0-9_.:-]");
+            goto done;
+        }
+        nm.name[k] = s;
+        nm.len[k] = len;
+        nm.flat[k] = ((const unsigned char *)flat_b.buf)[k] != 0;
+        nm.opaque[k] = ((const unsigned char *)opaque_b.buf)[k] != 0;
+        nm.first[(unsigned char)s[0]] |= 1ULL << k;
+    }
+    rt_text t = {PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text)};
+    int status = rt_walk(&t, &nm, &edits, &fixes);
+    if (status < 0 && status != RT_BAIL) { PyErr_NoMemory(); goto done; }
+    if (status == RT_BAIL) { result = Py_NewRef(Py_None); goto done; }
+    Py_ssize_t n_fixes = fixes.len / (Py_ssize_t)sizeof(rt_fix);
+    PyObject *fix_list = PyList_New(n_fixes);
+    if (!fix_list) goto done;
+    for (Py_ssize_t i = 0; i < n_fixes; i++) {
+        PyObject *line = rt_fix_text(&nm, (const rt_fix *)fixes.data + i);
+        if (!line) { Py_DECREF(fix_list); goto done; }
+        PyList_SET_ITEM(fix_list, i, line);
+    }
+    PyObject *repaired = rt_apply(text, &nm, (const rt_edit *)edits.data,
+                                  edits.len / (Py_ssize_t)sizeof(rt_edit));
+    if (!repaired) { Py_DECREF(fix_list); goto done; }
+    result = Py_BuildValue("(NN)", repaired, fix_list);
+done:
+    vec_free(&edits);
+    vec_free(&fixes);
+    PyBuffer_Release(&flat_b);
+    PyBuffer_Release(&opaque_b);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"xml_scan", xml_scan, METH_VARARGS,
      "xml_scan(data, total, offsets, names) -> (lt, rec, closing, taglike, run, term, "
@@ -1468,6 +1929,9 @@ static PyMethodDef methods[] = {
     {"tag_scan", tag_scan, METH_VARARGS,
      "tag_scan(text) -> (starts, ends, tags, close_starts, close_ends, next_same): "
      "xml_tags._scan of one str, in character offsets."},
+    {"repair_tags", repair_tags, METH_VARARGS,
+     "repair_tags(text, names, flat, opaque) -> (text, fixes), or None where the Python "
+     "walk must decide: preprocess.repair_tags on a str."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,3 +1,5 @@
+import pytest
+
 from eval_pipeline.formats.xml_tags import parse_xml_response
 from eval_pipeline.models import Trajectory
 from eval_pipeline.preprocess import (
@@ -8,6 +10,9 @@ from eval_pipeline.preprocess import (
     summarize,
 )
 from eval_pipeline.tool_registry import default_registry
+from eval_pipeline_tests.tagscan_modes import scan_mode  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("scan_mode")  # the C repair and the Python walk
 
 TOOLS = ["microsandbox", "deepsearch", "browser_use", "search_tool"]
 

@@ -15,6 +15,9 @@ from eval_pipeline import ingest
 from eval_pipeline.preprocess import repair_tags
 from eval_pipeline.tool_registry import default_registry
 from eval_pipeline_tests.repair_reference import reference_repair_tags
+from eval_pipeline_tests.tagscan_modes import scan_mode  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("scan_mode")  # the C repair and the Python walk
 
 TOOLS = list(default_registry().tool_tags)
 XML_FILES = [
