@@ -23,20 +23,12 @@ from eval_pipeline import ingest, tagscan
 from eval_pipeline.preprocess import _kernel_names, _repair_tags_python, repair_tags
 from eval_pipeline.tool_registry import default_registry
 from eval_pipeline_tests.tagscan_modes import scan_mode  # noqa: F401
+from eval_pipeline_tests.test_repair_linear import XML_FILES
 
 pytestmark = pytest.mark.skipif(tagscan.BUILT is None, reason="the C kernel is not built")
 
 TOOLS = tuple(default_registry().tool_tags)
 SPEC = _kernel_names(TOOLS)
-XML_FILES = [
-    *(f"agent_data_platform/{p}" for p in (
-        "trajectories-2.5-pro_2025-07-12.jsonl", "trajectories-flash_2025-07-12.jsonl",
-        "trajectories-lite_2025-07-12.jsonl", "trajectories_2025-07-04.jsonl",
-        "trajectories_2025-07-05.jsonl", "trajectories_2025-07-16.jsonl",
-        "trajectories_2025-07-19.jsonl")),
-    "dataeva/demo01.jsonl", "dataeva/demo02.jsonl", "dataeva/aime_cleaned.first50.jsonl",
-    "dataeva/nq_hotpot_qa_cleaned.first50.jsonl", "dataeva/example_0721_evaluated.jsonl",
-]
 FOLDS = {"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
 """The non-ASCII characters re.IGNORECASE matches with an ASCII letter (checked below
 against re itself): where one stands in a tag name the kernel answers None."""
