@@ -6,7 +6,10 @@ over a batch's buffers) or with numpy (a few dozen passes; the fallback when the
 was not built, e.g. on an install without a C compiler). Both give the same arrays, which
 the tests check by running the stages both ways (``use_kernel(False)``).
 
-``EVAL_PIPELINE_NO_C_KERNEL=1`` in the environment starts without the kernel.
+The batch JSON reader (``_jsonlines.c``, :func:`json_reader`) is a second extension under
+the same switch: with the kernel off, ``formats/xml_arrow.json_table`` reads with pyarrow.
+
+``EVAL_PIPELINE_NO_C_KERNEL=1`` in the environment starts without the kernels.
 """
 
 from __future__ import annotations
@@ -23,7 +26,16 @@ try:
 except ImportError:  # not built (no compiler at install time): numpy does the work
     BUILT = None
 
-_active: ModuleType | None = None if os.environ.get("EVAL_PIPELINE_NO_C_KERNEL") else BUILT
+JSON_BUILT: ModuleType | None
+"""The JSON reader extension if it was built, whatever the switch says."""
+try:
+    from eval_pipeline import _jsonlines as JSON_BUILT
+except ImportError:  # not built: pyarrow's JSON reader does the work
+    JSON_BUILT = None
+
+_off = bool(os.environ.get("EVAL_PIPELINE_NO_C_KERNEL"))
+_active: ModuleType | None = None if _off else BUILT
+_json_active: ModuleType | None = None if _off else JSON_BUILT
 
 
 def kernel() -> ModuleType | None:
@@ -31,13 +43,19 @@ def kernel() -> ModuleType | None:
     return _active
 
 
+def json_reader() -> ModuleType | None:
+    """The C batch JSON reader the parse should call now, or None for pyarrow's."""
+    return _json_active
+
+
 @contextmanager
 def use_kernel(enabled: bool) -> Iterator[None]:
-    """The C kernel on (if built) or off within the block; for tests and benchmarks."""
-    global _active
-    before = _active
+    """The C kernels on (if built) or off within the block; for tests and benchmarks."""
+    global _active, _json_active
+    before = _active, _json_active
     _active = BUILT if enabled else None
+    _json_active = JSON_BUILT if enabled else None
     try:
         yield
     finally:
-        _active = before
+        _active, _json_active = before

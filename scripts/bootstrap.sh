@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv and install the project with its pinned dependencies. Idempotent and quick
-# when nothing changed: the install is skipped while pyproject.toml, setup.py, the C kernel
-# (eval_pipeline/_tagscan.c, built in place by the editable install; without a compiler the
-# install still succeeds and the stages use numpy) and scripts/requirements-no-deps.txt are
-# unchanged.
+# when nothing changed: the install is skipped while pyproject.toml, setup.py, the C kernels
+# (eval_pipeline/_tagscan.c and _jsonlines.c, built in place by the editable install; without
+# a compiler the install still succeeds and the stages use numpy and pyarrow) and
+# scripts/requirements-no-deps.txt are unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +19,7 @@ if [ ! -x .venv/bin/python ]; then
   }
 fi
 stamp=".venv/.installed-$(cat pyproject.toml setup.py eval_pipeline/_tagscan.c \
-  scripts/requirements-no-deps.txt | sha256sum | cut -c1-16)"
+  eval_pipeline/_jsonlines.c scripts/requirements-no-deps.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -e ".[dev,llm-server,deploy]"
