@@ -25,6 +25,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* ---- a read-only buffer owning malloc'd memory (zero-copy into pyarrow) ---------------- */
 
@@ -185,7 +188,28 @@ static inline int utf8_len(const unsigned char *p, const unsigned char *end) {
 static const unsigned char *read_string(const unsigned char *p, const unsigned char *end,
                                         buf *out) {
     for (;;) {
-        if (RESERVE(out, 8) < 0) return NULL;
+        if (RESERVE(out, 16) < 0) return NULL;
+#if defined(__SSE2__)
+        /* Sixteen bytes at a time where SSE2 is (every x86-64): the same test as
+         * special8's, on twice the bytes. */
+        if (end - p >= 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)p);
+            __m128i hit = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                             _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                _mm_cmpeq_epi8(_mm_min_epu8(x, _mm_set1_epi8(0x1F)), x));
+            unsigned m = (unsigned)(_mm_movemask_epi8(hit) | _mm_movemask_epi8(x));
+            _mm_storeu_si128((__m128i *)(out->data + out->len), x);
+            if (!m) {
+                out->len += 16;
+                p += 16;
+                continue;
+            }
+            int k = __builtin_ctz(m);
+            out->len += k;
+            p += k;
+        } else
+#endif
         if (end - p >= 8) {
             uint64_t x;
             memcpy(&x, p, 8);

@@ -299,6 +299,33 @@ def test_random_strings_read_the_same() -> None:
     assert read > 50 and refused > 50
 
 
+SPECIALS = [b'"', b'\\', b'\x01', b'\x1f', b'\t', b'\x7f', b' ', b'\xc3\xa9', b'\xe4\xb8\xad',
+            b'\xf0\x9f\x99\x82', b'\xff', b'\xe4\xb8', b'\xed\xa0\x80', b'\\n', b'\\"',
+            b'\\u00e9', b'\\ud800', b'\\ud83d\\ude00']
+
+
+def test_every_special_byte_at_every_position_reads_the_same() -> None:
+    """A quote, backslash, control character, escape or (in)valid UTF-8 sequence at each
+    position of strings of every length up to 24: the C reader tests 16, 8 and then single
+    bytes at a time (8 only near the end of the batch), so each of its paths meets each
+    kind of byte, at each offset, also within a file's last bytes (each line alone)."""
+    read = refused = 0
+    for special in SPECIALS:
+        batch = []
+        for length in range(25):
+            for at in range(length + 1):
+                text = b"a" * at + special + b"b" * (length - at)
+                batch.append(b'{"task_id": "t", "raw_response": "' + text + b'"}')
+                batch.append(b'{"raw_response": "r", "task_id": "' + text + b'"}')
+        assert_same(b"\n".join(batch))
+        for line in batch:
+            if assert_same(line) is None:
+                refused += 1
+            else:
+                read += 1
+    assert read > 2000 and refused > 2000, (read, refused)
+
+
 def _real_lines(corpora: Path) -> list[bytes]:
     lines: list[bytes] = []
     for path in _jsonl_files(corpora):
