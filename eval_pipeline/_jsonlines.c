@@ -291,6 +291,19 @@ static const unsigned char *read_string(const unsigned char *p, const unsigned c
          * text), checked, then copied as they are in one go. */
         const unsigned char *q = p;
         do {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            /* Two three-byte characters at a time (leads E1..EF but ED, each with its
+             * two continuation bytes); anything else goes to the one-character step. */
+            while (end - q >= 8) {
+                uint64_t x;
+                memcpy(&x, q, 8);
+                if ((x & 0x0000C0C0F0C0C0F0ULL) != 0x00008080E08080E0ULL) break;
+                unsigned l0 = (unsigned)(x & 0xFF), l1 = (unsigned)((x >> 24) & 0xFF);
+                if (l0 == 0xE0 || l0 == 0xED || l1 == 0xE0 || l1 == 0xED) break;
+                q += 6;
+            }
+            if (q >= end || *q < 0x80) break;
+#endif
             unsigned lead = *q;
             if (lead >= 0xE1 && lead <= 0xEF && lead != 0xED && end - q >= 3) {
                 if (((q[1] & 0xC0) != 0x80) | ((q[2] & 0xC0) != 0x80)) return BAD;

@@ -14,6 +14,7 @@ random numbers and strings, and thousands of random mutations of real lines.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -301,20 +302,23 @@ def test_random_strings_read_the_same() -> None:
 
 SPECIALS = [b'"', b'\\', b'\x01', b'\x1f', b'\t', b'\x7f', b' ', b'\xc3\xa9', b'\xe4\xb8\xad',
             b'\xf0\x9f\x99\x82', b'\xff', b'\xe4\xb8', b'\xed\xa0\x80', b'\\n', b'\\"',
-            b'\\u00e9', b'\\ud800', b'\\ud83d\\ude00']
+            b'\\u00e9', b'\\ud800', b'\\ud83d\\ude00', b'\xe0\x9f\xbf', b'\xe0\xa0\x80',
+            b'\xed\x9f\xbf', b'\xef\xbf\xbf', b'\xf4\x8f\xbf\xbf', b'\xf4\x90\x80\x80']
 
 
 def test_every_special_byte_at_every_position_reads_the_same() -> None:
     """A quote, backslash, control character, escape or (in)valid UTF-8 sequence at each
-    position of strings of every length up to 24: the C reader tests 16, 8 and then single
+    position of strings of every length up to 24 (ASCII around it, or CJK: the C reader
+    checks two three-byte characters at a time): the C reader tests 16, 8 and then single
     bytes at a time (8 only near the end of the batch), so each of its paths meets each
     kind of byte, at each offset, also within a file's last bytes (each line alone)."""
     read = refused = 0
-    for special in SPECIALS:
+    pads = [(b"a", b"b", 25), ("中".encode(), "文".encode(), 12), ("中".encode(), b"b", 12)]
+    for special, (before, after, lengths) in itertools.product(SPECIALS, pads):
         batch = []
-        for length in range(25):
+        for length in range(lengths):
             for at in range(length + 1):
-                text = b"a" * at + special + b"b" * (length - at)
+                text = before * at + special + after * (length - at)
                 batch.append(b'{"task_id": "t", "raw_response": "' + text + b'"}')
                 batch.append(b'{"raw_response": "r", "task_id": "' + text + b'"}')
         assert_same(b"\n".join(batch))
