@@ -189,6 +189,7 @@ static const unsigned char *read_string(const unsigned char *p, const unsigned c
                                         buf *out) {
     for (;;) {
         if (RESERVE(out, 16) < 0) return NULL;
+        int scanned = 0;  /* a wide test found the first special byte */
 #if defined(__SSE2__)
         /* Sixteen bytes at a time where SSE2 is (every x86-64): the same test as
          * special8's, on twice the bytes. */
@@ -208,9 +209,11 @@ static const unsigned char *read_string(const unsigned char *p, const unsigned c
             int k = __builtin_ctz(m);
             out->len += k;
             p += k;
-        } else
+            scanned = 1;
+        }
 #endif
-        if (end - p >= 8) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        if (!scanned && end - p >= 8) {  /* special8's lowest flag is the first byte's */
             uint64_t x;
             memcpy(&x, p, 8);
             uint64_t m = special8(x);
@@ -224,6 +227,7 @@ static const unsigned char *read_string(const unsigned char *p, const unsigned c
             out->len += k;
             p += k;
         }
+#endif
         if (p >= end) return BAD;
         unsigned c = *p;
         if (c == '"') return p + 1;

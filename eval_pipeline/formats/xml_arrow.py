@@ -35,7 +35,8 @@ Python reading, so every value is the same. Character offsets are Python ``str``
 byte offsets less the UTF-8 continuation bytes before them.
 
 The records: a batch of plain records (only the fields the format knows, each of its one
-JSON type, one object per line) is decoded by Arrow's JSON reader, so the responses are
+JSON type, one object per line) is decoded straight into Arrow buffers (by the C reader
+``_jsonlines.c`` when it is built, else by Arrow's JSON reader), so the responses are
 never Python strings (:func:`json_table` says exactly when that reads what ``json.loads``
 would); any other batch is read by ``json.loads`` per line, as the Python path does, so
 quarantine, line numbers and ids stay the same. A response that does not encode as UTF-8
@@ -1030,7 +1031,8 @@ def json_table(data: bytes) -> JsonBatch | None:
     reads ``-0`` as the int 0). ``absent``: the records without a ``success`` key, found
     by ``json.loads`` of the lines whose ``success`` is null.
     Arrow's reader fails the whole block on one bad line; the caller then reads every
-    line with ``json.loads``, so quarantine and line numbers are as before."""
+    line with ``json.loads``, so quarantine and line numbers are as before. With the C
+    kernels on, the C reader does all of this in one pass (:func:`_c_json_table`)."""
     reader = json_reader()
     if reader is not None:
         return _c_json_table(reader, data)
