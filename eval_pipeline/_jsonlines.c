@@ -65,9 +65,14 @@ typedef struct {
     char *data;
     Py_ssize_t len;
     Py_ssize_t cap;
+    int borrowed;  /* memory the caller handed in: never reallocated nor freed here */
 } buf;
 
 static int grow(buf *b, Py_ssize_t extra) {
+    if (b->borrowed) {
+        PyErr_SetString(PyExc_ValueError, "read_batch: the raw_response buffer is too small");
+        return -1;
+    }
     Py_ssize_t cap = b->cap ? b->cap : 64;
     while (cap < b->len + extra) cap *= 2;
     char *p = PyMem_RawRealloc(b->data, (size_t)cap);
@@ -96,7 +101,7 @@ static PyObject *take(buf *b) {
 }
 
 static void release(buf *b) {
-    PyMem_RawFree(b->data);
+    if (!b->borrowed) PyMem_RawFree(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
 }
@@ -395,8 +400,8 @@ static int append_list(PyObject *list, Py_ssize_t value) {
 #define CHECK(q) do { if ((q) == NULL) goto done; if ((q) == BAD) REJECT; } while (0)
 
 static PyObject *read_batch(PyObject *self, PyObject *args) {
-    Py_buffer in;
-    if (!PyArg_ParseTuple(args, "y*", &in)) return NULL;
+    Py_buffer in, raw;
+    if (!PyArg_ParseTuple(args, "y*w*", &in, &raw)) return NULL;
     const unsigned char *base = in.buf, *end = base + in.len, *p = base;
     column cols[N_FIELDS];
     memset(cols, 0, sizeof cols);
@@ -409,8 +414,17 @@ static PyObject *read_batch(PyObject *self, PyObject *args) {
     for (int f = 0; f < N_FIELDS; f++) {
         column *c = &cols[f];
         if (FIELD_KINDS[f] == STRING64) {
-            /* Most of the batch: room for all of it (untouched pages cost nothing). */
-            if (grow(&c->values, in.len + 8) < 0) goto done;
+            /* Most of the batch, written into the caller's buffer (pyarrow's memory pool:
+             * its pages stay warm from batch to batch, and the process's malloc heap is
+             * left to numpy); a string's bytes are at most its JSON's, so the batch's
+             * size and the 16 bytes a scan writes ahead are room enough. */
+            if (raw.len < in.len + 16) {
+                PyErr_SetString(PyExc_ValueError, "read_batch: raw needs len(data) + 16 bytes");
+                goto done;
+            }
+            c->values.data = raw.buf;
+            c->values.cap = raw.len;
+            c->values.borrowed = 1;
             if (RESERVE(&c->offsets, 8) < 0) goto done;
             int64_t zero = 0;
             memcpy(c->offsets.data, &zero, 8);
@@ -542,7 +556,7 @@ static PyObject *read_batch(PyObject *self, PyObject *args) {
             offsets = Py_None;
             Py_INCREF(offsets);
         }
-        values = take(&c->values);
+        values = c->values.borrowed ? PyLong_FromSsize_t(c->values.len) : take(&c->values);
         PyObject *item = valid && offsets && values
             ? Py_BuildValue("(nNNN)", c->nulls, valid, offsets, values) : NULL;
         if (!item) {  /* Py_BuildValue's N took the three references, also on failure */
@@ -569,6 +583,7 @@ done:
     Py_XDECREF(ends);
     Py_XDECREF(absent);
     PyBuffer_Release(&in);
+    PyBuffer_Release(&raw);
     if (rejected && !PyErr_Occurred()) {
         Py_XDECREF(result);
         Py_RETURN_NONE;
@@ -578,11 +593,13 @@ done:
 
 static PyMethodDef methods[] = {
     {"read_batch", read_batch, METH_VARARGS,
-     "read_batch(data) -> None, or (n, lines, starts, ends, absent, columns): the batch's records "
-     "(one JSON object of the plain XML-tag fields per non-blank line), each record's line "
-     "number and stripped bounds, the records without a success key, and per field "
-     "(timestamp, task_id, task_description, duration, success, final_result, raw_response) "
-     "(null_count, validity or None, offsets or None, values) as Arrow buffers."},
+     "read_batch(data, raw) -> None, or (n, lines, starts, ends, absent, columns): the "
+     "batch's records (one JSON object of the plain XML-tag fields per non-blank line), each "
+     "record's line number and stripped bounds, the records without a success key, and per "
+     "field (timestamp, task_id, task_description, duration, success, final_result, "
+     "raw_response) (null_count, validity or None, offsets or None, values) as Arrow "
+     "buffers; raw_response's values are written into raw (writable, len(data) + 16 bytes "
+     "at least), its values item the bytes used."},
     {NULL, NULL, 0, NULL},
 };
 

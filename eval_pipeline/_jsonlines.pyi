@@ -4,7 +4,7 @@ from typing_extensions import Buffer
 class OwnedBuffer(Buffer):
     """Bytes read_batch() wrote, handed to pyarrow without a copy."""
 
-_Column = tuple[int, OwnedBuffer | None, OwnedBuffer | None, OwnedBuffer]
+_Column = tuple[int, OwnedBuffer | None, OwnedBuffer | None, OwnedBuffer | int]
 
-def read_batch(data: Buffer) -> tuple[int, list[int], list[int], list[int], list[int],
+def read_batch(data: Buffer, raw: Buffer) -> tuple[int, list[int], list[int], list[int], list[int],
                                       tuple[_Column, ...]] | None: ...

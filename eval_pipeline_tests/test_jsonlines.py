@@ -380,3 +380,15 @@ def test_random_mutations_of_real_lines_read_the_same(corpora_dir: Path) -> None
         else:
             read += 1
     assert read > 300 and refused > 300, (read, refused)
+
+
+def test_the_responses_buffer_must_hold_the_batch() -> None:
+    """raw_response's bytes go into the caller's buffer (pyarrow's pool); one too small
+    for the batch is refused up front, never written past."""
+    reader = tagscan.JSON_BUILT
+    assert reader is not None
+    data = b'{"raw_response": "' + b"x" * 100 + b'"}'
+    with pytest.raises(ValueError, match="len\\(data\\) \\+ 16"):
+        reader.read_batch(data, bytearray(len(data) + 15))
+    got = reader.read_batch(data, bytearray(len(data) + 16))
+    assert got is not None and got[5][6][3] == 100  # raw_response: the bytes used
