@@ -12,9 +12,14 @@ from pathlib import Path
 
 import dagster as dg
 
+from eval_pipeline.allocator import keep_freed_memory
 from eval_pipeline.defs.pipeline.definitions import location_definitions
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+# The processes that load the location (the UI's run workers among them) run the stages:
+# their freed memory is kept for the next batch (see eval_pipeline.allocator).
+keep_freed_memory()
 
 
 @dg.definitions

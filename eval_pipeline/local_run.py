@@ -30,6 +30,7 @@ import pandas as pd
 from upath import UPath
 
 from eval_pipeline import progress
+from eval_pipeline.allocator import keep_freed_memory
 from eval_pipeline.atomic import StoreBusyError, atomic_file, exclusive_store, write_atomic
 from eval_pipeline.exports.run import EVALUATED_FIELDS, evaluated_lines, export_run
 from eval_pipeline.exports.run_figures import FIGURE_COLUMNS, RunFigures
@@ -355,7 +356,9 @@ class QueueReporter(progress.Reporter):
 
 def _start_worker(queue: Any, counts_judgments: bool) -> None:
     """A worker process's initializer: its progress goes to the parent's ``queue`` (set
-    for the process's life, which :func:`progress.using`, a block, cannot span)."""
+    for the process's life, which :func:`progress.using`, a block, cannot span); its
+    freed memory kept for the next batch (:mod:`eval_pipeline.allocator`)."""
+    keep_freed_memory()
     progress._current = QueueReporter(queue, counts_judgments)
 
 
@@ -398,6 +401,7 @@ def run_pipeline(input_path: Path, output: Path, judges: Sequence[JudgeConfig],
     are submitted, with ``pending`` saying so).
     """
     check_judge_keys(judges)
+    keep_freed_memory()  # the stages of a one-process run run here
     where = _store(store)
     try:
         with exclusive_store(where.root):  # a second CLI run on the store is refused at once
