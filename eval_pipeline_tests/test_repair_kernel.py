@@ -23,7 +23,7 @@ from eval_pipeline import ingest, tagscan
 from eval_pipeline.preprocess import _kernel_names, _repair_tags_python, repair_tags
 from eval_pipeline.tool_registry import default_registry
 from eval_pipeline_tests.tagscan_modes import scan_mode  # noqa: F401
-from eval_pipeline_tests.test_repair_linear import XML_FILES
+from eval_pipeline_tests.test_repair_linear import XML_FILES, broken_corpora_texts
 
 pytestmark = pytest.mark.skipif(tagscan.BUILT is None, reason="the C kernel is not built")
 
@@ -70,16 +70,9 @@ def test_kernel_equals_python_on_the_corpora_xml_files(corpora_dir: Path, name: 
 
 
 def test_kernel_equals_python_on_broken_corpora_records(corpora_dir: Path) -> None:
-    raw, _q = ingest.read_batch(corpora_dir / "dataeva" / "demo02.jsonl", None, "b")
-    rng = random.Random(7)
-    fixed = 0
-    for text in raw["raw_response"]:
-        for closer in ("</result>", "</think>", "</microsandbox>", "</deepsearch>"):
-            parts = text.split(closer)
-            text = "".join(p + (closer if rng.random() < 0.5 else "") for p in parts[:-1]
-                           ) + parts[-1]
-        fixed += bool(_same(text))
-    assert fixed > len(raw) // 2
+    texts = broken_corpora_texts(corpora_dir)
+    fixed = sum(bool(_same(text)) for text in texts)
+    assert fixed > len(texts) // 2
 
 
 def test_kernel_equals_python_on_the_generated_drop(tmp_path: Path) -> None:

@@ -44,20 +44,29 @@ def test_repair_is_unchanged_on_the_corpora_xml_files(corpora_dir: Path, name: s
         _same(text)
 
 
-def test_repair_is_unchanged_on_broken_corpora_records(corpora_dir: Path) -> None:
-    """The corpora are mostly well formed: cut their closers out so every repair path runs
-    on real text (unclosed results and tool calls, stray closers, quoted tags)."""
+def broken_corpora_texts(corpora_dir: Path) -> list[str]:
+    """The corpora are mostly well formed: a file's responses with half of their closers
+    cut out, so every repair path runs on real text (unclosed results and tool calls,
+    stray closers, quoted tags)."""
     raw, _q = ingest.read_batch(corpora_dir / "dataeva" / "demo02.jsonl", None, "b")
     rng = random.Random(7)
-    fixed = 0
+    texts = []
     for text in raw["raw_response"]:
         for closer in ("</result>", "</think>", "</microsandbox>", "</deepsearch>"):
             parts = text.split(closer)
             text = "".join(p + (closer if rng.random() < 0.5 else "") for p in parts[:-1]
                            ) + parts[-1]
+        texts.append(text)
+    return texts
+
+
+def test_repair_is_unchanged_on_broken_corpora_records(corpora_dir: Path) -> None:
+    texts = broken_corpora_texts(corpora_dir)
+    fixed = 0
+    for text in texts:
         _same(text)
         fixed += bool(repair_tags(text, TOOLS).fixes)
-    assert fixed > len(raw) // 2
+    assert fixed > len(texts) // 2
 
 
 FRAGMENTS = [
