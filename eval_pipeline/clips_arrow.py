@@ -111,7 +111,7 @@ def _char_to_byte(data: np.ndarray, offsets: np.ndarray, rows: np.ndarray,
     return at * 8 + within
 
 
-def _char_lengths(responses: pa.Array) -> np.ndarray:
+def char_lengths(responses: pa.Array) -> np.ndarray:
     """Each response's length in characters: by the C kernel in one pass when it is built,
     else Arrow's ``utf8_length``."""
     compiled = kernel()
@@ -134,7 +134,7 @@ def clip_batch(responses: pa.Array, steps: pa.ListArray) -> BatchClips:
     parents = np.repeat(np.arange(n), counts)
     is_call = np.asarray(pc.equal(kind, "tool_call"))
     is_result = np.asarray(pc.equal(kind, "tool_result"))
-    lengths = _char_lengths(responses)
+    lengths = char_lengths(responses)
     fast = counts > 0
     labelled = np.asarray(pc.is_valid(flat.field("label")))
     fast[parents[labelled]] = False

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 
 from eval_pipeline.clips import Clip, ClipRow, segment_rows
-from eval_pipeline.clips_arrow import _char_lengths, clip_batch
+from eval_pipeline.clips_arrow import char_lengths, clip_batch
 from eval_pipeline.formats import (
     ArrowColumnsResult,
     ArrowParseResult,
@@ -522,7 +522,7 @@ def _screen_batch(raw: pd.DataFrame, response: pa.Array | None, steps: pa.ListAr
         # Every response's length, read in place: taking the closed ones first copied
         # most of the batch's text (four responses in five are closed at the end, and
         # nineteen in twenty of the generated drop's hold non-ASCII text).
-        lengths = _char_lengths(response)[closed]  # the C kernel's count: 5 x Arrow's
+        lengths = char_lengths(response)[closed]  # the C kernel's count: 5 x Arrow's
         ok = (offsets[closed + 1] > offsets[closed]) & answer & (ends == lengths)
         batch.fast[closed[~ok]] = False
         batch.answer_closed[closed[~ok]] = False
@@ -596,10 +596,8 @@ def _columns_frame(columns: dict[str, Any], names: list[str]) -> pd.DataFrame:
     n = lengths.pop() if len(lengths) == 1 else 0
     arrays = [_column_array(columns[name], n) for name in names] if n else []
     if not n or any(a is None for a in arrays):
-        return pd.DataFrame({name: (value.array if isinstance(value, pd.Series)
-                                    else value.copy() if isinstance(value, np.ndarray)
-                                    and not value.flags.writeable else value)
-                             for name, value in columns.items()}, columns=names, copy=False)
+        return pd.DataFrame({name: _handed_over(value) for name, value in columns.items()},
+                            columns=names, copy=False)
     return pd.DataFrame._from_arrays(  # type: ignore[attr-defined]
         arrays, columns=_column_index(tuple(names)), index=pd.RangeIndex(n),
         verify_integrity=False)
@@ -616,15 +614,21 @@ def _column_index(names: tuple[str, ...]) -> pd.Index:
     return pd.Index(list(names))
 
 
+def _handed_over(value: Any) -> Any:
+    """A column as the frame takes it without a copy: a Series as its array (no index to
+    align), a read-only numpy view copied (the frame's users may write to it)."""
+    if isinstance(value, pd.Series):
+        return value.array
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        return value.copy()
+    return value
+
+
 def _column_array(value: Any, n: int) -> Any:
     """The array ``pd.DataFrame`` makes of one column of ``n`` rows, for the kinds the
     stages build (None for any other: the constructor decides)."""
-    if isinstance(value, pd.Series):
-        return value.array
-    if isinstance(value, pd.api.extensions.ExtensionArray):
-        return value
-    if isinstance(value, np.ndarray):
-        return value.copy() if not value.flags.writeable else value
+    if isinstance(value, pd.Series | pd.api.extensions.ExtensionArray | np.ndarray):
+        return _handed_over(value)
     if value is None:
         return np.full(n, None, object)
     if isinstance(value, str):

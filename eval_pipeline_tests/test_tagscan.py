@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from eval_pipeline import tagscan
-from eval_pipeline.clips_arrow import _char_lengths, _char_to_byte, clip_batch
+from eval_pipeline.clips_arrow import _char_to_byte, char_lengths, clip_batch
 from eval_pipeline.formats import xml_arrow
 from eval_pipeline.preprocess import PreprocessConfig
 from eval_pipeline.preprocess_arrow import (
@@ -314,7 +314,7 @@ def test_char_to_byte_matches_numpy_with_multibyte_edges() -> None:
                                   _char_to_byte(data, offsets, np.array(rows, np.int64),
                                                 np.array(chars, np.int64)))
         assert compiled.tolist() == fallback.tolist()
-        lengths, lengths_arrow = both(lambda array=array: _char_lengths(array))
+        lengths, lengths_arrow = both(lambda array=array: char_lengths(array))
         assert lengths.tolist() == lengths_arrow.tolist() == [len(t) for t in array.to_pylist()]
 
 
