@@ -146,8 +146,10 @@ def test_scheduler_keeps_concurrency_requests_in_flight_across_chains(slow_serve
 def test_a_high_concurrency_judge_spreads_its_connections_over_small_pools_kept_alive(kind):
     """At concurrency 48 a judge holds three SDK clients of 16 connections each (one pool
     scanned per request stays short), still keeps 48 requests in flight, and never closes
-    a connection to open another: the server accepts at most 48 for 180 requests."""
-    server = FakeLLMServer(kind, latency_s=0.1).start()
+    a connection to open another: the server accepts at most 48 for 180 requests.
+    Each answer takes 0.5 s so a loaded 2-core machine still opens all 48 before the first
+    comes back (at 0.1 s, with the suite's other work on both cores, it reached 33)."""
+    server = FakeLLMServer(kind, latency_s=0.5).start()
     try:
         make_config = openai_config if kind == "openai" else anthropic_config
         config = make_config(server, concurrency=48)
