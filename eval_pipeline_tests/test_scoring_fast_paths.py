@@ -16,12 +16,16 @@ import pytest
 from eval_pipeline.scoring import average_judgments, summarize_trajectories
 from eval_pipeline.scoring.assessments import element_text, model_info
 from eval_pipeline.scoring.averaging import (
+    SCORES_TEXT,
     decode_json_objects,
     dumps_each,
     float_column,
     indented_json,
+    indented_scores,
     json_list,
     json_object,
+    python_values,
+    text_array,
 )
 from eval_pipeline_tests.stage_digests import digest_table
 
@@ -53,6 +57,54 @@ def test_indented_json_keeps_a_bounded_cache_of_key_texts() -> None:
     for i in range(averaging._KEY_TEXTS_MAX + 10):
         assert indented_json({f"m{i}": 0.5}) == json.dumps({f"m{i}": 0.5}, indent=2)
     assert len(averaging._KEY_TEXTS) <= averaging._KEY_TEXTS_MAX
+
+
+def test_indented_scores_by_text_are_the_rows_own_scores() -> None:
+    """Looked up by the row's JSON text: two texts never share an entry, a row without its
+    text is written from its scores, and the lookup stays bounded."""
+    from eval_pipeline.scoring import averaging
+
+    for text in ('{"a": 0.5}', '{"a": 0.25}', '{"a": 0.5, "b": 1}', "{}"):
+        row = {"scores": json.loads(text), SCORES_TEXT: text}
+        assert indented_scores(row) == json.dumps(json.loads(text), indent=2)
+        assert indented_scores(row) == json.dumps(json.loads(text), indent=2)  # looked up
+    assert indented_scores({"scores": '{"c": 0.1}'}) == json.dumps({"c": 0.1}, indent=2)
+    for i in range(averaging._INDENTED_MAX + 10):
+        text = json.dumps({"m": i / 7})
+        assert indented_scores({"scores": json.loads(text), SCORES_TEXT: text}) == (
+            json.dumps({"m": i / 7}, indent=2))
+    assert len(averaging._INDENTED) <= averaging._INDENTED_MAX
+
+
+_STR = pd.StringDtype("pyarrow", na_value=np.nan)
+
+
+@pytest.mark.parametrize("values", [
+    ["a", "ü" * 3, ""], ["a", None, "b"], [None, None], [],
+    ["a", float("nan")], ["a", 1], [b"x", "y"],  # pandas converts these: handed back to it
+])
+def test_text_array_is_pandas_text_array(values: list) -> None:
+    try:
+        expected = pd.array(values, dtype=_STR)
+    except (TypeError, ValueError) as exc:  # what pandas refuses, text_array refuses too
+        with pytest.raises(type(exc)):
+            text_array(values)
+        return
+    got = text_array(values)
+    assert got.dtype == expected.dtype
+    assert got.__arrow_array__().type == expected.__arrow_array__().type
+    assert [repr(v) for v in got.tolist()] == [repr(v) for v in expected.tolist()]
+
+
+@pytest.mark.parametrize("series", [
+    pd.Series(["a", None, "ü"], dtype=_STR), pd.Series([1, 2], dtype=np.int64),
+    pd.Series([0.5, np.nan]), pd.Series(["a", None], dtype=object),
+    pd.Series([1, None], dtype="Int64"), pd.Series([], dtype=_STR),
+])
+def test_python_values_are_tolist(series: pd.Series) -> None:
+    got, expected = python_values(series), series.tolist()
+    assert [type(v) for v in got] == [type(v) for v in expected]
+    assert [repr(v) for v in got] == [repr(v) for v in expected]
 
 
 @pytest.mark.parametrize("values", [

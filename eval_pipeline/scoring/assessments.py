@@ -27,7 +27,7 @@ from html import escape
 from typing import Any
 
 from eval_pipeline.rubrics import EVAL_CATEGORY_ASSESSMENT, EVAL_TRAJECTORY_ASSESSMENT
-from eval_pipeline.scoring.averaging import indented_json, json_list, json_object, mean
+from eval_pipeline.scoring.averaging import indented_scores, json_list, json_object, mean
 
 CATEGORY_KEY = "category_assessments"
 FINAL_KEY = "final_trajectory_assessment"
@@ -102,7 +102,7 @@ def _element(tag: str, row: Mapping[str, Any], attributes: str = "") -> str:
         errors = "; ".join(json_list(row.get("errors")))
         return (f"\n<{tag}{attributes}>\n<error>No judge could make this assessment: "
                 f"{element_text(errors)}</error>\n</{tag}>\n")
-    scores = indented_json(json_object(row["scores"]))
+    scores = indented_scores(row)
     return (f"\n<{tag}{attributes}>\n<scores>\n{scores}\n</scores>\n"
             f"<summary>{element_text(row.get('summary') or '')}</summary>\n"
             f"<reasoning>{element_text(row.get('reasoning') or '')}</reasoning>\n"

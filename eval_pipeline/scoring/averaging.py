@@ -151,6 +151,29 @@ def indented_json(scores: Mapping[str, Any]) -> str:
     return "{\n" + ",\n".join(items) + "\n}"
 
 
+# Scores' JSON as ``indented_json`` writes it, by the averaged row's compact JSON text: a
+# judge's scores come from a few values per metric, so most rows repeat an earlier text.
+_INDENTED: dict[str, str] = {}
+_INDENTED_MAX = 4096
+SCORES_TEXT = "scores_text"
+"""The key of an averaged row record that keeps its ``scores`` JSON text beside the
+decoded ``scores`` (:func:`indented_scores` looks the text up)."""
+
+
+def indented_scores(row: Mapping[str, Any]) -> str:
+    """``indented_json`` of a row's scores, looked up by their JSON text when the row
+    carries it (:data:`SCORES_TEXT`)."""
+    text = row.get(SCORES_TEXT)
+    if type(text) is not str:
+        return indented_json(json_object(row["scores"]))
+    indented = _INDENTED.get(text)
+    if indented is None:
+        if len(_INDENTED) >= _INDENTED_MAX:
+            _INDENTED.clear()
+        indented = _INDENTED[text] = indented_json(json_object(row["scores"]))
+    return indented
+
+
 def _floats(scores: dict[str, Any]) -> dict[str, float]:
     """One judge's scores as the means of one value (``float`` of each)."""
     for value in scores.values():
@@ -168,8 +191,28 @@ def _combined(texts: list[Any], combined: bool) -> str:
     return kept[0] if kept else ""
 
 
+def python_values(column: pd.Series) -> list[Any]:
+    """``column.tolist()``, the same values, in half the time for pandas' text type: its
+    ``tolist`` walks the object array with ``list()`` (a few dozen columns per batch)."""
+    if column.dtype == _STR:
+        return column.array.to_numpy().tolist()
+    return column.tolist()
+
+
+def text_array(values: list[Any]) -> Any:
+    """``pd.array(values, dtype=str)`` of Python strings (or None), made by pyarrow directly:
+    pandas checks and converts every value first, a tenth of the summaries' time for their
+    long texts. Anything else (a NaN, a number) goes through pandas, which converts it."""
+    try:
+        data = pa.array(values, pa.large_string())
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        return pd.array(values, dtype=_STR)
+    # pandas-stubs lag pandas 3 here: the constructor takes the dtype (its NaN flavour).
+    return pd.arrays.ArrowStringArray(data, dtype=_STR)  # type: ignore[call-arg]
+
+
 def _column(table: pd.DataFrame, name: str, n: int) -> list[Any]:
-    return table[name].tolist() if name in table.columns else [None] * n
+    return python_values(table[name]) if name in table.columns else [None] * n
 
 
 def _group_rows(keys: list[list[Any]], present: list[bool] | None) -> list[list[int]]:
@@ -281,7 +324,7 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
     n = len(rows)
     judges = [name for name, df in named for _ in range(len(df))]
     key_columns = [rows[k] for k in _KEYS]  # a missing key column raises, as a group-by
-    keys = [column.tolist() for column in key_columns]
+    keys = [python_values(column) for column in key_columns]
     present = (rows[_KEYS].notna().all(axis=1).tolist()
                if any(_has_missing(column) for column in key_columns) else None)
     groups = _group_rows(keys, present)
@@ -313,8 +356,8 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
         "clip_index": [int(keys[1][i]) for i in firsts],
         "evaluation_kind": kinds,
         "tool_type": [keys[3][i] for i in firsts],
-        "status": pd.array(["ok" if k else "failed" for k in n_ok], dtype=_STR),
-        "scores": pd.array(dumps_each(means_of), dtype=_STR),
+        "status": text_array(["ok" if k else "failed" for k in n_ok]),
+        "scores": text_array(dumps_each(means_of)),
         "mean_score": float_column([r[1] for r in results]),
         "n_judges": np.array([len(group) for group in groups], dtype=np.int64),
         "n_judges_succeeded": np.array(n_ok, dtype=np.int64),
@@ -343,16 +386,15 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
 
     # Judges' names, the failures' errors, the labels: a few distinct texts each.
     if len(named) == 1:
-        columns["judges"] = pd.array([json.dumps([named[0][0]])] * len(groups), dtype=_STR)
+        columns["judges"] = text_array([json.dumps([named[0][0]])] * len(groups))
     else:
         judges_json: dict[tuple[str, ...], str] = {}
         for group in groups:
             names = tuple(sorted({judges[i] for i in group}))
             if names not in judges_json:
                 judges_json[names] = json.dumps(list(names))
-        columns["judges"] = pd.array(
-            [judges_json[tuple(sorted({judges[i] for i in group}))] for group in groups],
-            dtype=_STR)
+        columns["judges"] = text_array(
+            [judges_json[tuple(sorted({judges[i] for i in group}))] for group in groups])
     errors = _column(rows, "error", n)
     failed = [i for i, e in enumerate(errors) if isinstance(e, str) and e]
     errors_out = ["[]"] * len(groups)
@@ -362,13 +404,13 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
             failures = [f"{judges[i]}: {errors[i]}" for i in group if i in failed_at]
             if failures:
                 errors_out[g] = json.dumps(failures, ensure_ascii=False)
-    columns["errors"] = pd.array(errors_out, dtype=_STR)
+    columns["errors"] = text_array(errors_out)
     # Only the ReAct kinds have labels; a rubric row's label (the heuristic writes
     # "heuristic" there) is not a verdict to take a majority of.
     labels_out: list[str | None] = [None] * len(groups)
     counts_out = ["{}"] * len(groups)
     if "label" in rows.columns:
-        labels = rows["label"].tolist()
+        labels = python_values(rows["label"])
         counts_json: dict[tuple[tuple[str, int], ...], str] = {}
         for g, (kind, ok) in enumerate(zip(kinds, oks, strict=True)):
             if kind not in REACT_EVALUATIONS or not ok:
@@ -387,7 +429,7 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
                 counts_out[g] = counts_json[counts_key]
             labels_out[g] = label
     columns["label"] = labels_out
-    columns["label_counts"] = pd.array(counts_out, dtype=_STR)
+    columns["label_counts"] = text_array(counts_out)
     # In the columns' order already: ``columns=`` would reindex (a third of the cost of
     # building a small batch's table).
     return pd.DataFrame({name: columns[name] for name in AVERAGED_COLUMNS})

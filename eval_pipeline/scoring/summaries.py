@@ -44,12 +44,15 @@ from eval_pipeline.scoring.assessments import (
     model_info,
 )
 from eval_pipeline.scoring.averaging import (
+    SCORES_TEXT,
     decode_json_objects,
     float_column,
-    indented_json,
+    indented_scores,
     json_list,
     json_object,
     mean,
+    python_values,
+    text_array,
 )
 from eval_pipeline.scoring.react_breakdown import react_breakdown, tool_clips
 
@@ -151,7 +154,7 @@ def clip_evaluation_block(row: Mapping[str, Any] | None,
     if row["status"] != "ok":
         return ("\n<clip_evaluation>\n<error>No judge could score this clip: "
                 + _errors_text(row) + "</error>\n" + react + "</clip_evaluation>\n")
-    scores = indented_json(json_object(row["scores"]))
+    scores = indented_scores(row)
     return (
         f"\n<clip_evaluation>\n<scores>\n{scores}\n</scores>\n"
         f"<summary>{element_text(row['summary'])}</summary>\n"
@@ -261,7 +264,7 @@ def _records(table: pd.DataFrame | None, columns: Sequence[str] | None = None
     if table is None or not len(table):
         return []
     names = [c for c in table.columns if columns is None or c in columns]
-    values = [table[c].tolist() for c in names]
+    values = [python_values(table[c]) for c in names]
     return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
 
 
@@ -280,9 +283,13 @@ def _averaged_records(averaged: pd.DataFrame) -> list[dict[str, Any]]:
     records = _records(averaged, _AVERAGED_USED)
     if not records:
         return records
-    for r, scores in zip(records, decode_json_objects([r["scores"] for r in records]),
-                         strict=True):
-        r["scores"] = scores
+    texts = [r["scores"] for r in records]
+    distinct = list(dict.fromkeys(t for t in texts if type(t) is str))
+    by_text = dict(zip(distinct, decode_json_objects(distinct), strict=True))
+    for r, text in zip(records, texts, strict=True):
+        # Rows with the same text share one dict: nothing here changes a row's scores.
+        r["scores"] = by_text[text] if type(text) is str else json_object(text)
+        r[SCORES_TEXT] = text
     if "label_counts" in averaged.columns:
         decoded: dict[str, dict[str, Any]] = {}
         for r in records:
@@ -305,20 +312,21 @@ def _clip_columns(clips: pd.DataFrame, tools: bool
     (:func:`tool_clips_by_trajectory`); the key columns read once for all three."""
     if not len(clips):
         return {}, {}, {}
-    tids = clips["trajectory_id"].tolist()
+    tids = python_values(clips["trajectory_id"])
     indexes = [int(ci) for ci in clips["clip_index"].tolist()]
     keys = list(zip(tids, indexes, strict=True))
     ends = ({key: int(end) for key, end in zip(keys, clips["end"].tolist(), strict=True)}
             if "end" in clips.columns else {})
     human: dict[tuple[str, int], Any] = {}
     if "human_label" in clips.columns:
-        labels = dict(zip(keys, clips["human_label"].tolist(), strict=True))
+        labels = dict(zip(keys, python_values(clips["human_label"]), strict=True))
         human = {key: label for key, label in labels.items()
                  if isinstance(label, str) or (label is not None and not pd.isna(label))}
     if not tools or "tool_type" not in clips.columns:
         return ends, human, {}
-    names = clips["tool_name"].tolist() if "tool_name" in clips.columns else [None] * len(tids)
-    return ends, human, tool_clips(tids, indexes, clips["tool_type"].tolist(), names)
+    names = (python_values(clips["tool_name"]) if "tool_name" in clips.columns
+             else [None] * len(tids))
+    return ends, human, tool_clips(tids, indexes, python_values(clips["tool_type"]), names)
 
 
 # The columns computed here; every other summary column comes from the trajectory table.
@@ -374,9 +382,10 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
     routing_by_traj = {r["trajectory_id"]: r for r in _records(routing)}
     ends, human, tools_by_traj = _clip_columns(clips, has_react)
     out: dict[str, list[Any]] = {c: [] for c in _COMPUTED}
-    responses = (trajectories["raw_response"].tolist() if "raw_response" in trajectories.columns
-                 else [None] * len(trajectories))
-    for tid, response in zip(trajectories["trajectory_id"].tolist(), responses, strict=True):
+    responses = (python_values(trajectories["raw_response"])
+                 if "raw_response" in trajectories.columns else [None] * len(trajectories))
+    for tid, response in zip(python_values(trajectories["trajectory_id"]), responses,
+                             strict=True):
         clip_rows = sorted(rubric_by_traj.get(tid, []), key=lambda r: r["clip_index"])
         meta = evaluation_metadata(clip_rows, model_names)
         react_rows = react_by_traj.get(tid, [])
@@ -433,7 +442,7 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
     for name in ("labelled_clips", "evaluation_metadata", "full_response_with_evaluations"):
         # Texts, every one: the type pandas would infer, without inferring it (a third of
         # the table's construction for the long embedded responses).
-        columns[name] = pd.array(columns[name], dtype=_STR)
+        columns[name] = text_array(columns[name])
     for name in ("total_clips", "successful_evaluations"):
         columns[name] = np.array(columns[name], dtype=np.int64)
     for name in ("success_rate", "overall_trajectory_score", "thought_to_tool_accuracy",
