@@ -24,7 +24,6 @@ from eval_pipeline.scoring.averaging import (
     indented_scores,
     json_list,
     json_object,
-    python_values,
     text_array,
 )
 from eval_pipeline_tests.stage_digests import digest_table
@@ -94,17 +93,6 @@ def test_text_array_is_pandas_text_array(values: list) -> None:
     assert got.dtype == expected.dtype
     assert got.__arrow_array__().type == expected.__arrow_array__().type
     assert [repr(v) for v in got.tolist()] == [repr(v) for v in expected.tolist()]
-
-
-@pytest.mark.parametrize("series", [
-    pd.Series(["a", None, "ü"], dtype=_STR), pd.Series([1, 2], dtype=np.int64),
-    pd.Series([0.5, np.nan]), pd.Series(["a", None], dtype=object),
-    pd.Series([1, None], dtype="Int64"), pd.Series([], dtype=_STR),
-])
-def test_python_values_are_tolist(series: pd.Series) -> None:
-    got, expected = python_values(series), series.tolist()
-    assert [type(v) for v in got] == [type(v) for v in expected]
-    assert [repr(v) for v in got] == [repr(v) for v in expected]
 
 
 @pytest.mark.parametrize("values", [

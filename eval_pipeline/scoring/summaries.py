@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eval_pipeline.frame_columns import array_values, column_array, column_values
 from eval_pipeline.rubrics import (
     ASSESSMENT_KINDS,
     EVAL_KIND_CLIP,
@@ -51,7 +52,6 @@ from eval_pipeline.scoring.averaging import (
     json_list,
     json_object,
     mean,
-    python_values,
     text_array,
 )
 from eval_pipeline.scoring.react_breakdown import react_breakdown, tool_clips
@@ -264,7 +264,7 @@ def _records(table: pd.DataFrame | None, columns: Sequence[str] | None = None
     if table is None or not len(table):
         return []
     names = [c for c in table.columns if columns is None or c in columns]
-    values = [python_values(table[c]) for c in names]
+    values = [column_values(table, c) for c in names]
     return [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
 
 
@@ -312,21 +312,21 @@ def _clip_columns(clips: pd.DataFrame, tools: bool
     (:func:`tool_clips_by_trajectory`); the key columns read once for all three."""
     if not len(clips):
         return {}, {}, {}
-    tids = python_values(clips["trajectory_id"])
-    indexes = [int(ci) for ci in clips["clip_index"].tolist()]
+    tids = column_values(clips, "trajectory_id")
+    indexes = [int(ci) for ci in column_values(clips, "clip_index")]
     keys = list(zip(tids, indexes, strict=True))
-    ends = ({key: int(end) for key, end in zip(keys, clips["end"].tolist(), strict=True)}
+    ends = ({key: int(end) for key, end in zip(keys, column_values(clips, "end"), strict=True)}
             if "end" in clips.columns else {})
     human: dict[tuple[str, int], Any] = {}
     if "human_label" in clips.columns:
-        labels = dict(zip(keys, python_values(clips["human_label"]), strict=True))
+        labels = dict(zip(keys, column_values(clips, "human_label"), strict=True))
         human = {key: label for key, label in labels.items()
                  if isinstance(label, str) or (label is not None and not pd.isna(label))}
     if not tools or "tool_type" not in clips.columns:
         return ends, human, {}
-    names = (python_values(clips["tool_name"]) if "tool_name" in clips.columns
+    names = (column_values(clips, "tool_name") if "tool_name" in clips.columns
              else [None] * len(tids))
-    return ends, human, tool_clips(tids, indexes, python_values(clips["tool_type"]), names)
+    return ends, human, tool_clips(tids, indexes, column_values(clips, "tool_type"), names)
 
 
 # The columns computed here; every other summary column comes from the trajectory table.
@@ -352,13 +352,12 @@ def _source_column(trajectories: pd.DataFrame, name: str) -> Any:
     before), a missing column as NaN."""
     if name not in trajectories.columns:
         return [np.nan] * len(trajectories)
-    series = trajectories[name]
-    if isinstance(series.dtype, np.dtype) and series.dtype in _AS_THEY_ARE:
-        return series.to_numpy()  # what their Python values would give back
-    column = series.array
+    column = column_array(trajectories, name)
+    if isinstance(column, np.ndarray) and column.dtype in _AS_THEY_ARE:
+        return column  # what their Python values would give back
     if column.dtype == _STR and column.__arrow_array__().null_count < len(column):
         return column
-    return series.tolist()  # Python scalars (the array's own tolist can give numpy ones)
+    return array_values(column)  # Python scalars, as Series.tolist gives them
 
 
 def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
@@ -382,9 +381,9 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
     routing_by_traj = {r["trajectory_id"]: r for r in _records(routing)}
     ends, human, tools_by_traj = _clip_columns(clips, has_react)
     out: dict[str, list[Any]] = {c: [] for c in _COMPUTED}
-    responses = (python_values(trajectories["raw_response"])
+    responses = (column_values(trajectories, "raw_response")
                  if "raw_response" in trajectories.columns else [None] * len(trajectories))
-    for tid, response in zip(python_values(trajectories["trajectory_id"]), responses,
+    for tid, response in zip(column_values(trajectories, "trajectory_id"), responses,
                              strict=True):
         clip_rows = sorted(rubric_by_traj.get(tid, []), key=lambda r: r["clip_index"])
         meta = evaluation_metadata(clip_rows, model_names)

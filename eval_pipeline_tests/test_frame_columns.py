@@ -1,0 +1,78 @@
+"""The column helpers read what ``frame[name]`` reads, on every dtype the tables hold:
+their arrays, and Python values equal to ``Series.tolist()`` in value and type (#12.2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from eval_pipeline.frame_columns import (
+    TEXT_DTYPE,
+    array_values,
+    column_array,
+    column_values,
+    series_values,
+)
+from eval_pipeline_tests import parquet_io
+from eval_pipeline_tests.stage_digests import SAMPLES, stage_tables
+
+
+def _frame() -> pd.DataFrame:
+    return pd.DataFrame({
+        "text": pd.array(["a", None, "ü"], dtype=TEXT_DTYPE),
+        "na_text": pd.array([None, None, None], dtype=TEXT_DTYPE),
+        "int": np.array([1, 2, 3], dtype=np.int64),
+        "int32": np.array([1, 2, 3], dtype=np.int32),
+        "float": [0.5, np.nan, 1e-300],
+        "bool": [True, False, True],
+        "masked": pd.array([1, None, 3], dtype="Int64"),
+        "objects": ["a", 1, None],
+        "lists": [[1], [], None],
+        "arrow_list": pd.array([[1], [], None], dtype=pd.ArrowDtype(pa.list_(pa.int64()))),
+        "category": pd.Categorical(["x", "y", "x"]),
+    })
+
+
+def _same_values(got: list, expected: list) -> None:
+    assert [type(v) for v in got] == [type(v) for v in expected]
+    assert [repr(v) for v in got] == [repr(v) for v in expected]
+
+
+def _check(frame: pd.DataFrame) -> None:
+    for name in frame.columns:
+        series = frame[name]
+        array = column_array(frame, name)
+        assert array.dtype == series.dtype, name
+        if isinstance(array, np.ndarray):
+            assert not len(array) or np.shares_memory(array, series.to_numpy()), name
+        else:
+            assert array is series.array or array.equals(series.array), name
+        _same_values(column_values(frame, name), series.tolist())
+        _same_values(series_values(series), series.tolist())
+        _same_values(array_values(array), series.tolist())
+
+
+def test_every_dtype_reads_as_frame_getitem() -> None:
+    frame = _frame()
+    _check(frame)
+    _check(frame.iloc[[2, 0]])  # a taken frame's columns
+    _check(parquet_io.round_trip(frame.drop(columns=["objects", "lists", "arrow_list",
+                                                    "category"])))
+
+
+def test_missing_and_repeated_names_raise_key_error() -> None:
+    frame = _frame()
+    with pytest.raises(KeyError):
+        column_array(frame, "absent")
+    twice = pd.concat([frame[["int"]], frame[["int"]]], axis=1)
+    with pytest.raises(KeyError):
+        column_values(twice, "int")
+
+
+def test_the_stage_tables_read_as_frame_getitem() -> None:
+    path = sorted(SAMPLES.glob("*.jsonl"))[0]
+    for table in stage_tables(path).values():
+        _check(table)
+        _check(parquet_io.round_trip(table))
