@@ -8,9 +8,11 @@ of the original tool looks to see one model's view of a trajectory. A failed jud
 failed here: ``success: false``, no scores, its error in ``error_message``.
 
 ``prompt_length`` is the length of the prompt the judge was sent (system and user text),
-rendered again from the clip and the row's context chain; it is given only when the
+as the judgment row recorded it (``prompt_chars``). Rows judged before the rows recorded it
+have it rendered again from the clip and the row's context chain, given only when the
 rendered prompt hashes to the row's ``prompt_hash``, so it is never a guess (a judge whose
-``input_max_chars`` cut the clip, for instance, gets ``null``).
+``input_max_chars`` cut the clip, for instance, gets ``null`` there). Rendering every
+prompt again was a fifth of a run's exports (#12); it is done only for such rows.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from eval_pipeline.rubrics import (
 JUDGE_DETAILS_DIR = "judge_details"
 _ROW_COLUMNS = ["trajectory_id", "clip_index", "evaluation_kind", "tool_type", "judge",
                 "provider", "model", "status", "success", "scores", "label", "summary",
-                "reasoning", "raw_response", "error", "previous_context", "prompt_hash"]
+                "reasoning", "raw_response", "error", "previous_context", "prompt_hash",
+                "prompt_chars"]
 
 
 class EvaluationInput(BaseModel):
@@ -85,27 +88,48 @@ class JudgeDetailFile(BaseModel):
     batch: str
 
 
+def _recorded(row: Mapping[str, Any]) -> int | None:
+    """The row's own prompt length, if it recorded one."""
+    chars = row.get("prompt_chars")
+    return chars if isinstance(chars, int) and chars > 0 else None
+
+
 class _Prompts:
-    """Prompt lengths rendered again from the clips, checked against each row's hash."""
+    """Prompt lengths: each row's recorded length, or, for rows that have none, rendered
+    again from the clips and checked against the row's hash (built at the first such row)."""
 
     def __init__(self, clips: pd.DataFrame, trajectories: pd.DataFrame) -> None:
-        self._tasks = {(t.trajectory_id, t.clip_index): t
-                       for t in clip_tasks(clips, trajectories)} if len(clips) else {}
+        self._clips, self._trajectories = clips, trajectories
+        self._tasks: dict[tuple[str, int], Any] | None = None
         self._react: dict[tuple[str, int, str], tuple[str, int]] = {}
         self._assessments: dict[tuple[str, str, str], tuple[str, int]] = {}
+
+    def _rendered(self) -> dict[tuple[str, int], Any]:
+        if self._tasks is None:
+            self._tasks = self._render()
+        return self._tasks
+
+    def _render(self) -> dict[tuple[str, int], Any]:
+        clips, trajectories = self._clips, self._trajectories
+        tasks = {(t.trajectory_id, t.clip_index): t
+                 for t in clip_tasks(clips, trajectories)} if len(clips) else {}
         by_traj: dict[str, list[Any]] = defaultdict(list)
-        for task in self._tasks.values():
+        for task in tasks.values():
             by_traj[task.trajectory_id].append(task)
-        for tid, tasks in by_traj.items():
-            for request in build_react_requests(tasks):
+        for tid, chain in by_traj.items():
+            for request in build_react_requests(chain):
                 self._react[(tid, request.clip_index, request.evaluation_kind)] = (
                     prompt_hash(request),
                     len(request.system_prompt) + len(request.user_prompt))
+        return tasks
 
     def assessed(self, tid: str, rows: Sequence[Mapping[str, Any]]) -> None:
         """Render one judge's assessment prompts of trajectory ``tid`` from its own clip
-        and category rows, as its run did, for :meth:`length`."""
-        tasks = [t for (t_id, _), t in self._tasks.items() if t_id == tid]
+        and category rows, as its run did, for :meth:`length` (not when every row recorded
+        its length)."""
+        if all(_recorded(r) is not None for r in rows):
+            return
+        tasks = [t for (t_id, _), t in self._rendered().items() if t_id == tid]
         kinds = {str(r["evaluation_kind"]) for r in rows} & set(ASSESSMENT_KINDS)
         if not tasks or not kinds:
             return
@@ -119,13 +143,17 @@ class _Prompts:
                 prompt_hash(request), len(request.system_prompt) + len(request.user_prompt))
 
     def length(self, row: Mapping[str, Any]) -> int | None:
+        recorded = _recorded(row)
+        if recorded is not None:
+            return recorded
+        rendered = self._rendered()
         key = (str(row["trajectory_id"]), int(row["clip_index"]))
         if row["evaluation_kind"] in ASSESSMENT_KINDS:
             found = self._assessments.get(
                 (key[0], str(row["evaluation_kind"]), str(row["tool_type"])), ("", 0))
             return found[1] if found[0] and found[0] == row.get("prompt_hash") else None
         if row["evaluation_kind"] == EVAL_KIND_CLIP:
-            task = self._tasks.get(key)
+            task = rendered.get(key)
             if task is None:
                 return None
             request = build_request(task, row.get("previous_context") or "")

@@ -269,6 +269,7 @@ async def judge_one(judge: Judge, request: JudgeRequest, runtime: JudgeRuntime |
         "previous_context": request.previous_context,
         "context_dropped": context_dropped,
         "prompt_hash": prompt_hash(request),
+        "prompt_chars": len(request.system_prompt) + len(request.user_prompt),
         "template_version": request.template_version,
     }
     started = time.perf_counter()

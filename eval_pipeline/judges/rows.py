@@ -37,6 +37,9 @@ class JudgmentRow(BaseModel):
     error: str | None = None
     previous_context: str = ""
     prompt_hash: str
+    prompt_chars: int = Field(
+        default=0, description="len(system prompt) + len(user prompt) of the request this "
+        "row answers, as built for the judge (0 in rows made before it was recorded)")
     template_version: str
     tokens_in: int = 0
     tokens_out: int = 0

@@ -170,3 +170,34 @@ def test_file_names_are_safe_for_slashes_in_models_and_task_ids(small_drop, tmp_
     write_exports(tables, tmp_path / "out")
     assert (tmp_path / "out" / "judge_details" / name).is_file()
     assert Path(name).name == name
+
+
+def test_prompt_lengths_are_the_rows_own_and_rendered_again_for_older_tables(
+        two_llm_judges_and_a_dead_one, monkeypatch):
+    """Rows record the length of the prompt sent; the detail files read it without
+    rendering any prompt again, and tables judged before rows recorded it (no
+    ``prompt_chars``) get the same lengths rendered again."""
+    tables, openai_server, anthropic_server = two_llm_judges_and_a_dead_one
+    judged = {name: t for name, t in tables.items() if name.startswith("judgments__")}
+    sent = sorted(n for server in (openai_server, anthropic_server)
+                  for n in _prompt_lengths(server))
+    recorded = sorted(n for t in judged.values()
+                      for n in t.loc[t["status"] == "ok", "prompt_chars"])
+    assert recorded == sent
+    assert all(t["prompt_chars"].gt(1000).all() for t in judged.values())  # failed rows too
+
+    clips, trajectories = tables["clips"], tables["preprocessed_trajectories"]
+    older = {name: t.drop(columns=["prompt_chars"]) if name in judged else t
+             for name, t in tables.items()}
+    rendered = judge_detail_files(judgment_tables(older), clips, trajectories)
+
+    def no_rendering(*_args, **_kwargs):
+        raise AssertionError("a prompt was rendered again")
+
+    monkeypatch.setattr("eval_pipeline.exports.judge_details.clip_tasks", no_rendering)
+    read = judge_detail_files(judgment_tables(tables), clips, trajectories)
+    assert {n: f.model_dump() for n, f in read.items()} == {
+        n: f.model_dump() for n, f in rendered.items()}
+    lengths = [e.evaluation_input.prompt_length for f in read.values()
+               for e in f.evaluations + f.react_evaluations + f.assessments]
+    assert lengths and all(isinstance(n, int) and n > 1000 for n in lengths)

@@ -221,6 +221,7 @@ def failed_rows(tasks: Sequence[ClipTask], evaluations: Sequence[str],
         judge=identity["judge"], provider=identity["provider"], model=identity["model"],
         status="failed", success=False, scores="{}", error=error,
         prompt_hash=prompt_hash(r), template_version=r.template_version,
+        prompt_chars=len(r.system_prompt) + len(r.user_prompt),
     ) for r in requests
         if (r.trajectory_id, r.clip_index, r.evaluation_kind, r.tool_type) not in have]
 
