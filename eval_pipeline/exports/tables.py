@@ -106,9 +106,10 @@ def _columns_with_nulls(path: StorePath, meta: pq.FileMetaData, schema: pa.Schem
                 unknown.add(name)
             elif stats.null_count:
                 found.add(name)
-    for name in sorted(unknown - found):
-        if read_part(path, [name]).column(name).null_count:
-            found.add(name)
+    unread = sorted(unknown - found)
+    if unread:  # one read of them all: opening the file again for each was most of the cost
+        table = read_part(path, unread)
+        found.update(name for name in unread if table.column(name).null_count)
     return frozenset(found)
 
 
