@@ -13,6 +13,7 @@ from eval_pipeline.frame_columns import (
     array_values,
     column_array,
     column_values,
+    select_columns,
     series_values,
 )
 from eval_pipeline_tests import parquet_io
@@ -76,3 +77,17 @@ def test_the_stage_tables_read_as_frame_getitem() -> None:
     for table in stage_tables(path).values():
         _check(table)
         _check(parquet_io.round_trip(table))
+
+
+def test_select_columns_is_frame_getitem_and_leaves_the_source_alone() -> None:
+    frame = _frame().iloc[[2, 0]]  # an index that is not 0..n
+    names = ["float", "text", "masked", "int"]
+    selected = select_columns(frame, names)
+    pd.testing.assert_frame_equal(selected, frame[names])
+    selected.loc[2, "int"] = 99  # copy-on-write: the source keeps its values
+    selected["text"] = "changed"
+    assert frame.loc[2, "int"] == 3 and frame["text"].tolist()[1] == "a"
+    path = sorted(SAMPLES.glob("*.jsonl"))[0]
+    for table in stage_tables(path).values():
+        names = list(table.columns[::2])
+        pd.testing.assert_frame_equal(select_columns(table, names), table[names])

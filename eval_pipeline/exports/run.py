@@ -85,6 +85,7 @@ from eval_pipeline.exports.tables import (
     read_part,
     to_frame,
 )
+from eval_pipeline.frame_columns import select_columns
 from eval_pipeline.report import REPORT_COLUMNS, REPORT_INPUT_COLUMNS, report_row
 
 EVALUATED_FILE = "evaluated.jsonl"
@@ -482,7 +483,7 @@ class _Batch:
         batches), else only the values made equal (:func:`like_concatenated`)."""
         frame = self._converted(name)
         if columns is not None:
-            frame = frame[[c for c in columns if c in frame.columns]]
+            frame = select_columns(frame, [c for c in columns if c in frame.columns])
         if exact and name in self._tables:
             frame = as_concatenated(frame, self._tables[name].dtypes)
         return frame

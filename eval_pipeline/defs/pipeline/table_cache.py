@@ -42,6 +42,7 @@ import pyarrow as pa
 # what it gives with pd.read_parquet on every table of a run.
 from pandas.io._util import arrow_table_to_pandas  # type: ignore[import-not-found]
 
+from eval_pipeline.frame_columns import select_columns
 from eval_pipeline.models import STEP_ARROW_TYPE, STEPS_ARROW_TYPE
 from eval_pipeline.steps_column import STEPS_DTYPE, steps_array
 
@@ -235,10 +236,10 @@ class TableCache:
             frame = frame_from_arrow(entry.table)
             entry.shareable = holds_no_mutable_values(frame)
             if not entry.shareable:
-                return frame if chosen is None else frame[chosen]
+                return frame if chosen is None else select_columns(frame, chosen)
             entry.frame = frame
         if entry.frame is not None:
-            shared = entry.frame if chosen is None else entry.frame[chosen]
+            shared = entry.frame if chosen is None else select_columns(entry.frame, chosen)
             return shared.copy(deep=False)
         return frame_from_arrow(entry.table if chosen is None else entry.table.select(chosen))
 
