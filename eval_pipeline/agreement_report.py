@@ -46,6 +46,7 @@ from eval_pipeline.agreement import (
     passes,
     step_label_positive,
 )
+from eval_pipeline.frame_columns import column_values
 from eval_pipeline.rubrics import EVAL_KIND_CLIP, REACT_EVALUATIONS
 from eval_pipeline.scoring.averaging import json_object, mean
 from eval_pipeline.scoring.summaries import evaluation_metadata
@@ -285,7 +286,7 @@ def _markdown(table: pd.DataFrame) -> str:
     and the object matrix around it cost 3 % of the graph's CPU on the corpora, a markdown
     per batch (#12.4; ``test_agreement_markdown`` holds the two to one text)."""
     columns = [c for c in table.columns if c != "batch"]
-    values = [table[c].tolist() for c in columns]
+    values = [column_values(table, c) for c in columns]
     shown = [i for i, column in enumerate(values) if not all(pd.isna(v) for v in column)]
     return tabulate(list(zip(*(values[i] for i in shown), strict=True)),
                     headers=[str(columns[i]) for i in shown], tablefmt="pipe", floatfmt=".3f")

@@ -29,6 +29,7 @@ from eval_pipeline.formats import (
     row_reparser,
 )
 from eval_pipeline.formats.base import one_array
+from eval_pipeline.frame_columns import column_values
 from eval_pipeline.judges.base import ClipTask, ClipView
 from eval_pipeline.models import (
     STEP_ARROW_TYPE,
@@ -914,7 +915,7 @@ def clip_tasks(clips: pd.DataFrame, preprocessed: pd.DataFrame) -> list[ClipTask
     limits = (dict(zip(preprocessed["trajectory_id"], preprocessed["beta_threshold"],
                        strict=True)) if "beta_threshold" in preprocessed.columns else {})
     (tids, indices, tool_types, contents, thoughts, calls, names, inputs, results, answered,
-     answers) = (clips[c].tolist() for c in _CLIP_TASK_COLUMNS)
+     answers) = (column_values(clips, c) for c in _CLIP_TASK_COLUMNS)
     first: dict[object, int] = {}
     for tid in tids:
         first.setdefault(tid, len(first))

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from eval_pipeline.agreement import auc, outcome_of, step_label_positive
+from eval_pipeline.frame_columns import column_values
 from eval_pipeline.scoring.assessments import CATEGORY_KEY, FINAL_KEY, pooled_assessments
 from eval_pipeline.scoring.react_breakdown import COMBINED_KEY, TOOL_USAGE_KEY, pooled_breakdown
 
@@ -80,7 +81,7 @@ def _label_agreement(df: pd.DataFrame) -> dict[str, float | int | None]:
     # too) to Python was half of build_report (#12.5).
     names = [c for c in _AGREEMENT_COLUMNS if c in df.columns]
     rows = [dict(zip(names, values, strict=True))
-            for values in zip(*(df[c].tolist() for c in names), strict=True)]
+            for values in zip(*(column_values(df, c) for c in names), strict=True)]
     outcome = auc((r["overall_trajectory_score"], outcome_of(r)) for r in rows)
     steps = auc((score, step_label_positive(label))
                 for r in rows if isinstance(r.get("labelled_clips"), str)
