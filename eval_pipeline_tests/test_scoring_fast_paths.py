@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from eval_pipeline.frame_columns import text_array
 from eval_pipeline.scoring import average_judgments, summarize_trajectories
 from eval_pipeline.scoring.assessments import element_text, model_info
 from eval_pipeline.scoring.averaging import (
@@ -24,7 +25,6 @@ from eval_pipeline.scoring.averaging import (
     indented_scores,
     json_list,
     json_object,
-    text_array,
 )
 from eval_pipeline_tests.stage_digests import digest_table
 

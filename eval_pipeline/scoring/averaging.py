@@ -32,7 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eval_pipeline.frame_columns import column_values, series_values
+from eval_pipeline.frame_columns import TEXT_DTYPE, column_values, series_values, text_array
 from eval_pipeline.rubrics import REACT_EVALUATIONS
 
 AVERAGED_COLUMNS = [
@@ -42,7 +42,7 @@ AVERAGED_COLUMNS = [
 ]
 # tool_type too: a trajectory's category assessments share clip_index -1 and differ by it.
 _KEYS = ["trajectory_id", "clip_index", "evaluation_kind", "tool_type"]
-_STR = pd.StringDtype("pyarrow", na_value=np.nan)  # pandas' own text type (``str``)
+_STR = TEXT_DTYPE  # pandas' own text type (``str``)
 
 
 def json_object(value: Any) -> dict[str, Any]:
@@ -190,18 +190,6 @@ def _combined(texts: list[Any], combined: bool) -> str:
             t for t in texts if isinstance(t, str) and t)
     kept = [t for t in texts if t]
     return kept[0] if kept else ""
-
-
-def text_array(values: list[Any]) -> Any:
-    """``pd.array(values, dtype=str)`` of Python strings (or None), made by pyarrow directly:
-    pandas checks and converts every value first, a tenth of the summaries' time for their
-    long texts. Anything else (a NaN, a number) goes through pandas, which converts it."""
-    try:
-        data = pa.array(values, pa.large_string())
-    except (pa.ArrowTypeError, pa.ArrowInvalid):
-        return pd.array(values, dtype=_STR)
-    # pandas-stubs lag pandas 3 here: the constructor takes the dtype (its NaN flavour).
-    return pd.arrays.ArrowStringArray(data, dtype=_STR)  # type: ignore[call-arg]
 
 
 def _column(table: pd.DataFrame, name: str, n: int) -> list[Any]:

@@ -28,7 +28,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from eval_pipeline.frame_columns import array_values, column_array, column_values
+from eval_pipeline.frame_columns import (
+    TEXT_DTYPE,
+    array_values,
+    column_array,
+    column_values,
+    text_array,
+)
 from eval_pipeline.rubrics import (
     ASSESSMENT_KINDS,
     EVAL_KIND_CLIP,
@@ -52,7 +58,6 @@ from eval_pipeline.scoring.averaging import (
     json_list,
     json_object,
     mean,
-    text_array,
 )
 from eval_pipeline.scoring.react_breakdown import react_breakdown, tool_clips
 
@@ -338,7 +343,7 @@ _COMPUTED = ("total_clips", "successful_evaluations", "success_rate",
 TRAJECTORY_COLUMNS = [c for c in SUMMARY_COLUMNS if c not in _COMPUTED]
 """The columns of the trajectories :func:`summarize_trajectories` reads (not their nested
 steps, which a reader would otherwise convert to Python objects for nothing, #12.4)."""
-_STR = pd.StringDtype("pyarrow", na_value=np.nan)
+_STR = TEXT_DTYPE
 # Number columns whose Python values pandas infers back to the same type (not int32, a
 # masked Int64 or uint8, which would come back as int64 or objects).
 _AS_THEY_ARE = (np.dtype(np.int64), np.dtype(np.float64), np.dtype(np.bool_))
