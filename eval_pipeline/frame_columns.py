@@ -49,6 +49,17 @@ def series_values(column: pd.Series) -> list[Any]:
     return array_values(column.array) if column.dtype == TEXT_DTYPE else column.tolist()
 
 
+def column_dtypes(frame: pd.DataFrame) -> list[tuple[Any, Any]]:
+    """``list(frame.dtypes.items())`` from the block manager's dtypes, without the Series
+    ``frame.dtypes`` builds (60 against 150 µs for a table of 32 columns; the IO manager
+    asks once or twice per table written, some 10,000 tables in a corpora run, #12.4)."""
+    try:
+        dtypes = frame._mgr.get_dtypes()
+    except AttributeError:  # a pandas without the block manager
+        return list(frame.dtypes.items())
+    return list(zip(frame.columns.tolist(), dtypes.tolist(), strict=True))
+
+
 def select_columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     """``frame[names]`` for names all present and unique, as ``reindex``: the same frame
     (values, dtypes, index; copy-on-write as any selection) in half the time of

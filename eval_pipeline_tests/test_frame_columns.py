@@ -12,6 +12,7 @@ from eval_pipeline.frame_columns import (
     TEXT_DTYPE,
     array_values,
     column_array,
+    column_dtypes,
     column_values,
     select_columns,
     series_values,
@@ -61,6 +62,19 @@ def test_every_dtype_reads_as_frame_getitem() -> None:
     _check(frame.iloc[[2, 0]])  # a taken frame's columns
     _check(parquet_io.round_trip(frame.drop(columns=["objects", "lists", "arrow_list",
                                                     "category"])))
+
+
+def test_column_dtypes_are_frame_dtypes() -> None:
+    """Names and dtype objects as ``frame.dtypes.items()`` pairs them, repeated names and a
+    taken frame too, and every stage table through Parquet."""
+    frame = _frame()
+    twice = pd.concat([frame[["int", "text"]], frame[["int"]]], axis=1)
+    path = sorted(SAMPLES.glob("*.jsonl"))[0]
+    tables = [parquet_io.round_trip(t) for t in stage_tables(path).values()]
+    for each in [frame, frame.iloc[[2, 0]], twice, frame[[]], *tables]:
+        got = column_dtypes(each)
+        assert got == list(each.dtypes.items())
+        assert [type(t) for _n, t in got] == [type(t) for t in each.dtypes]
 
 
 def test_missing_and_repeated_names_raise_key_error() -> None:

@@ -196,29 +196,39 @@ def test_the_writer_settings_read_back_what_pandas_defaults_wrote(tmp_path: Path
     assert os.path.getsize(tmp_path / "ours.parquet") > 0
 
 
-def test_a_converted_table_without_mutable_values_is_converted_once(
+def test_a_converted_table_is_converted_once_and_its_nested_columns_for_every_consumer(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Object columns of strings and None (not plain: pandas 3 reads them back as objects)
-    are converted from Arrow at the first use and then shared; nested values never are."""
+    are converted from Arrow at the first use and then shared; columns of nested values
+    are converted again for every consumer, and only they (a consumer may change a list in
+    place: the next one must not see it)."""
     from eval_pipeline.defs.pipeline import table_cache as cache_module
 
-    conversions: list[int] = []
+    conversions: list[list[str]] = []
     original = cache_module.frame_from_arrow
     monkeypatch.setattr(cache_module, "frame_from_arrow",
-                        lambda table: conversions.append(1) or original(table))
+                        lambda table: conversions.append(table.column_names) or original(table))
     cache = TableCache()
     scalars, nested = tmp_path / "scalars.parquet", tmp_path / "nested.parquet"
     _put(cache, scalars, pd.DataFrame({"error": pd.Series([None, "boom"], dtype=object),
                                        "n": [1, 2]}))
-    _put(cache, nested, _nested())
+    mixed = _nested().assign(text=["a", "b"], calls2=[[1, 2], [3]])
+    _put(cache, nested, mixed)
     for _ in range(3):
         served = cache.get(str(scalars), file_stamp(str(scalars)))
         _same(served, pd.read_parquet(scalars))
         served.loc[1, "error"] = "changed"  # the next consumer does not see it
-    assert len(conversions) == 1
+    assert conversions == [["error", "n"]]
+    conversions.clear()
     for _ in range(3):
-        _same(cache.get(str(nested), file_stamp(str(nested))), pd.read_parquet(nested))
-    assert len(conversions) == 4
+        served = cache.get(str(nested), file_stamp(str(nested)))
+        _same(served, pd.read_parquet(nested))
+        served["calls"].iloc[0][0]["kind"] = "changed"  # in place, in its own objects
+    assert conversions == [["calls", "reward", "text", "calls2"],
+                           *[["calls", "calls2"]] * 3]
+    chosen = cache.get(str(nested), file_stamp(str(nested)), ["text", "calls2"])
+    _same(chosen, pd.read_parquet(nested, columns=["text", "calls2"]))
+    assert conversions[-1] == ["calls2"]
 
 
 def test_the_arrow_tables_written_are_what_from_pandas_makes(

@@ -51,6 +51,7 @@ from eval_pipeline.defs.pipeline.table_cache import (
     file_stamp,
     frame_from_arrow,
 )
+from eval_pipeline.frame_columns import column_dtypes
 from eval_pipeline.steps_column import STEPS_DTYPE
 from eval_pipeline.store import resolve_store
 
@@ -106,15 +107,15 @@ _SCHEMAS: dict[tuple[object, ...], pa.Schema] = {}
 _MAX_SCHEMAS = 1024
 
 
-def _convertible(frame: pd.DataFrame) -> bool:
-    """Columns :func:`to_arrow` converts itself: unique string names, numpy numbers,
-    booleans and objects, pandas' default strings and Arrow steps (no categoricals, dates
-    or other types whose pandas metadata depends on their values)."""
-    names = list(frame.columns)
+def _convertible(dtypes: Sequence[tuple[Any, Any]]) -> bool:
+    """Columns (names and dtypes) :func:`to_arrow` converts itself: unique string names,
+    numpy numbers, booleans and objects, pandas' default strings and Arrow steps (no
+    categoricals, dates or other types whose pandas metadata depends on their values)."""
+    names = [n for n, _t in dtypes]
     return (all(isinstance(n, str) for n in names) and len(set(names)) == len(names)
             and all((isinstance(t, np.dtype) and t.kind in "biufO") or t == _STRINGS
                     or (n == "steps" and t == STEPS_DTYPE)
-                    for n, t in frame.dtypes.items()))
+                    for n, t in dtypes))
 
 
 _STEPS_COLUMN = {"name": "steps", "field_name": "steps", "pandas_type": "list[object]",
@@ -152,7 +153,8 @@ def _from_pandas(frame: pd.DataFrame) -> pa.Table:
     from_pandas, metadata included, on every table of a run. An Arrow ``steps`` column
     (#12.1) is written as it is, without a copy or a conversion (``pa.array`` takes an
     Arrow-backed array's own buffers), with the metadata of steps as Python lists."""
-    if not _convertible(frame):
+    dtypes = column_dtypes(frame)
+    if not _convertible(dtypes):
         return _converted_by_pandas(frame)
     try:
         manager = frame._mgr
@@ -160,7 +162,8 @@ def _from_pandas(frame: pd.DataFrame) -> pa.Table:
                   for i in range(len(frame.columns))]
     except AttributeError:  # a pandas without the block manager's column access
         return _converted_by_pandas(frame)
-    key = (tuple(frame.columns), tuple(str(t) for t in frame.dtypes), str(frame.columns.dtype),
+    key = (tuple(n for n, _t in dtypes), tuple(str(t) for _n, t in dtypes),
+           str(frame.columns.dtype),
            tuple(str(a.type) for a in arrays))
     schema = _SCHEMAS.get(key)
     if schema is None:
