@@ -70,6 +70,11 @@ SUMMARY_COLUMNS = [
     "labelled_clips",
     "evaluation_metadata", "full_response_with_evaluations",
 ]
+_metadata_json = json.JSONEncoder(ensure_ascii=False, check_circular=False).encode
+"""``json.dumps(meta, ensure_ascii=False)``, the same text: one encoder for every row (dumps
+builds one per call with these options), without the cycle check's bookkeeping for each of
+the 20 or so dicts of a trajectory's metadata (which holds no cycle: it is built here from
+decoded JSON and numbers). The metadata JSON is a fifth of the summaries' time (#12.2)."""
 _ROUTING_LISTS = ("expected_tools", "actual_tools", "missing", "unexpected",
                   "argument_failures")
 
@@ -439,7 +444,7 @@ def summarize_trajectories(trajectories: pd.DataFrame, clips: pd.DataFrame,
             if r["status"] == "ok" and (tid, int(r["clip_index"])) in human
         ] if human else []
         out["labelled_clips"].append(json.dumps(labelled) if labelled else "[]")
-        out["evaluation_metadata"].append(json.dumps(meta, ensure_ascii=False))
+        out["evaluation_metadata"].append(_metadata_json(meta))
         out["full_response_with_evaluations"].append(full)
     columns: dict[str, Any] = {c: out[c] if c in out else _source_column(trajectories, c)
                                for c in SUMMARY_COLUMNS}
