@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+from pandas.core.dtypes.cast import maybe_box_native  # type: ignore[attr-defined]
 from pydantic import BaseModel
 from tabulate import tabulate
 
@@ -46,7 +47,7 @@ from eval_pipeline.agreement import (
     passes,
     step_label_positive,
 )
-from eval_pipeline.frame_columns import column_values
+from eval_pipeline.frame_columns import column_values, text_array
 from eval_pipeline.rubrics import EVAL_KIND_CLIP, REACT_EVALUATIONS
 from eval_pipeline.scoring.averaging import json_object, mean
 from eval_pipeline.scoring.summaries import evaluation_metadata
@@ -104,22 +105,52 @@ AGREEMENT_COLUMNS = list(AgreementRow.model_fields)
 DISAGREEMENT_COLUMNS = list(DisagreementRow.model_fields)
 _LONG_COLUMNS = ["judge", "trajectory_id", "clip_index", "evaluation_kind", "tool_type",
                  "metric", "score", "label"]
+_JUDGMENT_COLUMNS = ["status", "trajectory_id", "clip_index", "evaluation_kind", "tool_type",
+                     "scores"]
+"""The columns of a judgments table the scores are read from (and ``label`` if present)."""
+_OUTCOME_COLUMNS = ["trajectory_id", "task_id", "final_label", "reward", "success"]
+"""The columns of the trajectories the comparison with humans reads: the ids and the three
+labels :func:`~eval_pipeline.agreement.outcome_of` reads (the asset loads the same, its
+``OUTCOME_COLUMNS``)."""
+
+ScoreRow = tuple[str, Any, int, Any, Any, str, float, Any]
+"""One row of :func:`judge_scores`' long table, in the order of its columns: judge,
+trajectory_id, clip_index, evaluation_kind, tool_type, metric, score, label."""
 
 
 def judge_scores(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """Every ok judgment's scores in long form: one row per judge, clip, kind and metric."""
-    rows: list[tuple[Any, ...]] = []
+    return pd.DataFrame(_score_rows(judgments), columns=_LONG_COLUMNS)
+
+
+def _score_rows(judgments: Mapping[str, pd.DataFrame]) -> list[ScoreRow]:
+    """:func:`judge_scores`' rows as tuples, read from the six columns' values (and the
+    labels') and filtered in Python. ``table[table["status"] == "ok"]`` took every column of
+    the judgments (some 30, the prompts and replies too) through a boolean mask to read six;
+    the long frame was masked twice more per judge by the comparison with humans: with the
+    rows' conversions, a 5 % share of the CPU of a run over 452 small batches of one judge
+    went to build_agreement's pandas overhead, not its work (py-spy, #12.4)."""
+    rows: list[ScoreRow] = []
     for judge, table in judgments.items():
         if not len(table):
             continue
-        ok = table[table["status"] == "ok"]
-        labels = ok["label"].tolist() if "label" in ok.columns else [None] * len(ok)
-        for tid, ci, kind, tool, scores, label in zip(
-                ok["trajectory_id"], ok["clip_index"], ok["evaluation_kind"], ok["tool_type"],
-                ok["scores"], labels, strict=True):
-            for metric, value in json_object(scores).items():
+        status, tids, clip_indexes, kinds, tools, scores = (
+            column_values(table, name) for name in _JUDGMENT_COLUMNS)
+        labels = (column_values(table, "label") if "label" in table.columns
+                  else [None] * len(table))
+        for ok, tid, ci, kind, tool, text, label in zip(
+                status, tids, clip_indexes, kinds, tools, scores, labels, strict=True):
+            if not _is_ok(ok):
+                continue
+            for metric, value in json_object(text).items():
                 rows.append((judge, tid, int(ci), kind, tool, metric, float(value), label))
-    return pd.DataFrame(rows, columns=_LONG_COLUMNS)
+    return rows
+
+
+def _is_ok(status: Any) -> bool:
+    """``status == "ok"`` as the column's comparison has it: False for a missing status
+    (NaN, None, ``pd.NA``) rather than the NA that ``pd.NA == "ok"`` is."""
+    return isinstance(status, str) and status == "ok"
 
 
 def _between_judges(batch: str, long: pd.DataFrame, judges: list[str], threshold: float
@@ -177,34 +208,64 @@ def _label_kappa(group: pd.DataFrame, n_judges: int) -> float | None:
     return fleiss_kappa(table)
 
 
-def _against_humans(batch: str, long: pd.DataFrame, judges: list[str], clips: pd.DataFrame,
-                    trajectories: pd.DataFrame
-                    ) -> tuple[list[AgreementRow], list[DisagreementRow]]:
+def _human_step_labels(clips: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """Each labelled clip's human step label, by (trajectory_id, clip_index)."""
     human_step: dict[tuple[str, int], float] = {}
     if "human_label" in clips.columns:
-        for tid, ci, label in zip(clips["trajectory_id"], clips["clip_index"],
-                                  clips["human_label"], strict=True):
+        for tid, ci, label in zip(column_values(clips, "trajectory_id"),
+                                  column_values(clips, "clip_index"),
+                                  column_values(clips, "human_label"), strict=True):
             if label is not None and not pd.isna(label):
                 human_step[(tid, int(ci))] = float(label)
+    return human_step
+
+
+def _outcome_records(trajectories: pd.DataFrame) -> list[dict[str, Any]]:
+    """``trajectories.to_dict("records")`` over only the columns the comparison with humans
+    reads (:data:`_OUTCOME_COLUMNS`, those present), from their values: the same values
+    (``to_dict`` boxes those of object and extension columns to Python ones with pandas'
+    own ``maybe_box_native``, which every value goes through here; a numpy column's values
+    are Python ones already). ``to_dict`` of the whole table converted every column (the
+    texts, the steps) and built a Series per column for ~10 rows; one of the overheads
+    behind build_agreement's 5 % of a run's CPU (#12.4). A table with rows but none of the
+    columns gives empty records, whose missing ``trajectory_id`` raises as before."""
+    names = [name for name in _OUTCOME_COLUMNS if name in trajectories.columns]
+    if not names:
+        return [{} for _ in range(len(trajectories))]
+    columns = [[maybe_box_native(v) for v in column_values(trajectories, name)]
+               for name in names]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+def _clip_rubric_scores(scores: Sequence[ScoreRow], judge: str
+                        ) -> tuple[dict[tuple[str, int], dict[str, float]],
+                                   dict[tuple[str, int], str]]:
+    """One judge's clip rubric scores by clip, metric -> score, and each clip's tool type:
+    the rows a boolean mask over the long frame per kind and per judge selected (#12.4)."""
+    clip_metrics: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    tool_of: dict[tuple[str, int], str] = {}
+    for name, tid, ci, kind, tool, metric, score, _label in scores:
+        if kind == EVAL_KIND_CLIP and name == judge:
+            clip_metrics[(tid, ci)][metric] = score
+            tool_of[(tid, ci)] = tool
+    return clip_metrics, tool_of
+
+
+def _against_humans(batch: str, scores: Sequence[ScoreRow], judges: list[str],
+                    clips: pd.DataFrame, trajectories: pd.DataFrame
+                    ) -> tuple[list[AgreementRow], list[DisagreementRow]]:
+    human_step = _human_step_labels(clips)
     outcomes: dict[str, bool] = {}
     task_ids: dict[str, str] = {}
-    for record in trajectories.to_dict("records"):
+    for record in _outcome_records(trajectories):
         task_ids[record["trajectory_id"]] = str(record.get("task_id"))
         outcome = outcome_of(record)
         if outcome is not None:
             outcomes[record["trajectory_id"]] = outcome
-    rubric = long[long["evaluation_kind"] == EVAL_KIND_CLIP]
     rows: list[AgreementRow] = []
     listed: list[DisagreementRow] = []
     for judge in judges:
-        mine = rubric[rubric["judge"] == judge]
-        clip_metrics: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
-        tool_of: dict[tuple[str, int], str] = {}
-        for tid, ci, tool, metric, score in zip(mine["trajectory_id"], mine["clip_index"],
-                                                mine["tool_type"], mine["metric"],
-                                                mine["score"], strict=True):
-            clip_metrics[(tid, int(ci))][metric] = float(score)
-            tool_of[(tid, int(ci))] = tool
+        clip_metrics, tool_of = _clip_rubric_scores(scores, judge)
         # The clip's score: the mean of the judge's rubric metrics, as averaged_scores has it.
         step_items = [(key, mean(list(m.values())), human_step[key])
                       for key, m in sorted(clip_metrics.items())
@@ -253,19 +314,75 @@ def build_agreement(batch: str, judgments: Mapping[str, pd.DataFrame], clips: pd
     ``judgments``: each judge's judgments table; ``clips`` carries ``human_label``,
     ``trajectories`` the outcome columns. Failed judgments are left out, as everywhere.
     """
-    long = judge_scores(judgments)
-    judges = [name for name in judgments if name in set(long["judge"])]
+    scores = _score_rows(judgments)
+    scored = {row[0] for row in scores}
+    judges = [name for name in judgments if name in scored]
     rows: list[AgreementRow] = []
     listed: list[DisagreementRow] = []
     if len(judges) >= 2:
+        long = pd.DataFrame(scores, columns=_LONG_COLUMNS)
         between, over = _between_judges(batch, long, judges, disagreement_threshold)
         rows += between
         listed += over
-    human, wrong = _against_humans(batch, long, judges, clips, trajectories)
+    human, wrong = _against_humans(batch, scores, judges, clips, trajectories)
     rows += human
     listed += wrong
-    return (pd.DataFrame([r.model_dump() for r in rows], columns=AGREEMENT_COLUMNS),
-            pd.DataFrame([r.model_dump() for r in listed], columns=DISAGREEMENT_COLUMNS))
+    return (_rows_table(rows, AGREEMENT_COLUMNS, _NO_AGREEMENT),
+            _rows_table(listed, DISAGREEMENT_COLUMNS, _NO_DISAGREEMENT))
+
+
+_NO_AGREEMENT = pd.DataFrame([], columns=AGREEMENT_COLUMNS)
+_NO_DISAGREEMENT = pd.DataFrame([], columns=DISAGREEMENT_COLUMNS)
+"""The tables of no rows, as ``pd.DataFrame([], columns=...)`` makes them (all object)."""
+_INT64 = range(-2**63, 2**63)
+"""The ints an int64 column holds (pandas infers another type beyond them)."""
+
+
+def _rows_table(rows: Sequence[BaseModel], columns: list[str], empty: pd.DataFrame
+                ) -> pd.DataFrame:
+    """``pd.DataFrame([r.model_dump() for r in rows], columns=columns)`` from each column's
+    array, typed as that constructor infers it (:func:`_inferred_column`), or through the
+    constructor when a column's values are not of the simple kinds covered. Its row-wise
+    inference cost ~0.7 ms per table, two tables a batch: with the model dumps, a fifth of
+    build_agreement's time, which was 5 % of a run's CPU over small batches of one judge
+    (py-spy, #12.4). The frame is assembled by ``DataFrame._from_arrays``, the
+    constructor pandas' own methods use for arrays already typed (65 µs against 300 for
+    ``pd.DataFrame`` of a dict, which checks and copies each column again); it is private,
+    so ``test_agreement_fast_paths`` holds the tables to the constructor's. Flat models:
+    an attribute is its ``model_dump`` value. The columns are ``empty``'s, the table of no
+    rows (returned as a copy when there are none: 0.7 ms to build each time)."""
+    if not rows:
+        return empty.copy(deep=False)
+    arrays = []
+    for name in columns:
+        array = _inferred_column([getattr(r, name) for r in rows])
+        if array is None:
+            return pd.DataFrame([r.model_dump() for r in rows], columns=columns)
+        arrays.append(array)
+    # private: not in pandas-stubs
+    return pd.DataFrame._from_arrays(  # type: ignore[attr-defined]
+        arrays, columns=empty.columns, index=pd.RangeIndex(len(rows)),
+        verify_integrity=False)
+
+
+def _inferred_column(values: list[Any]) -> Any | None:
+    """The array ``pd.DataFrame`` infers for a column of these row values, for the kinds the
+    rows' models hold (validated: exactly str, int or float, or None): all None is object;
+    text (with None: NaN) pandas' text type; ints int64 (with None: float64, NaN); floats,
+    or floats and ints, float64. None for anything else (a bool, an int beyond int64)."""
+    kinds = {type(v) for v in values}
+    kinds.discard(type(None))
+    if not kinds:
+        return np.array(values, dtype=object)
+    if kinds == {str}:
+        return text_array(values)
+    if not kinds <= {int, float}:
+        return None
+    if int in kinds and not all(v in _INT64 for v in values if type(v) is int):
+        return None
+    if kinds == {int} and None not in values:
+        return np.array(values, dtype=np.int64)
+    return np.array(values, dtype=np.float64)
 
 
 def agreement_markdown(agreement: pd.DataFrame, disagreements: pd.DataFrame,
