@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import dagster as dg
+import numpy as np
 import pandas as pd
 
 from eval_pipeline import contracts, ingest
@@ -21,16 +22,23 @@ from eval_pipeline.defs.pipeline.assets.changes import (
     RAW_KEY,
     averaged_changes,
     judgment_changes,
+    ok_scores,
     prefetch,
     prefetched,
     upstream_versions,
     using,
 )
 from eval_pipeline.defs.pipeline.assets.contracts import batch_check, spec
-from eval_pipeline.defs.pipeline.assets.metadata import metric_means, per_batch_output, preview
+from eval_pipeline.defs.pipeline.assets.metadata import (
+    counts,
+    metric_means,
+    per_batch_output,
+    preview,
+)
 from eval_pipeline.defs.pipeline.partitions import batches_backfill_policy, batches_partitions_def
 from eval_pipeline.defs.pipeline.resources import JudgeOutcome
 from eval_pipeline.defs.pipeline.settings import PipelineSettings
+from eval_pipeline.frame_columns import column_array
 from eval_pipeline.judges.base import ClipTask
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
@@ -272,9 +280,11 @@ def out_of_range_scores(table: pd.DataFrame) -> int:
 
 def judgment_metadata(config: JudgeConfig, rows: Sequence[JudgmentRow], table: pd.DataFrame,
                       outcome: JudgeOutcome, batch: object | None = None) -> dict[str, object]:
-    """What the UI shows for one batch of one judge's judgments."""
+    """What the UI shows for one batch of one judge's judgments.
+
+    The kinds and the ok rows' scores are read as Python values (:func:`ok_scores`), not
+    through a masked copy of the table and Series (2.6 % of a corpora run's CPU, #12.4)."""
     totals = summarize_rows(rows)
-    ok = table[table["status"] == "ok"]
     modes = Counter(getattr(r, "reply_mode", "") or outcome.reply_mode for r in rows)
     mode: dict[str, Any] = {"judge.mode": config.mode}
     if batch is not None:
@@ -302,9 +312,8 @@ def judgment_metadata(config: JudgeConfig, rows: Sequence[JudgmentRow], table: p
         "tokens_out": totals.tokens_out,
         "cost_usd": dg.MetadataValue.float(totals.cost_usd),
         "evaluations": dg.MetadataValue.json(config.evaluations),
-        "rows_by_kind": dg.MetadataValue.json(
-            {str(k): int(n) for k, n in table["evaluation_kind"].value_counts().items()}),
-        "metric_means": dg.MetadataValue.json(metric_means(ok["scores"])),
+        "rows_by_kind": counts(column_array(table, "evaluation_kind")),
+        "metric_means": dg.MetadataValue.json(metric_means(ok_scores(table)[1])),
         "repeats": config.repeats,
         "mean_per_clip_std": dg.MetadataValue.float(spread) if (
             spread := mean_per_clip_std(rows)) is not None else dg.MetadataValue.null(),
@@ -368,18 +377,50 @@ def averaged_checks(tables: dict[str, pd.DataFrame], pipeline: PipelineSettings
     ]
 
 
+def _ok_float(table: pd.DataFrame, name: str, ok: np.ndarray, reduction: str) -> float:
+    """``float(table[ok][name].mean())`` (``reduction`` "mean") or ``.max()`` ("max"),
+    reading that one column: the mask copied the table's every column to read two (#12.4).
+
+    On a float64 column, pandas' own steps (its ``nanops``): the ok values, NaN set to 0 and
+    summed, over their count, or set to -inf and the largest; NaN when all are NaN. Any
+    other dtype is left to pandas, on that column.
+    """
+    array = column_array(table, name)
+    if not (isinstance(array, np.ndarray) and array.dtype == np.float64):
+        column = table[name][ok]
+        return float(column.mean() if reduction == "mean" else column.max())
+    values = array[ok]  # a copy
+    missing = np.isnan(values)
+    present = len(values) - int(missing.sum())
+    if not present:
+        return float("nan")
+    if reduction == "mean":
+        values[missing] = 0.0
+        return float(values.sum()) / present
+    values[missing] = -np.inf
+    return float(values.max())
+
+
 def averaged_metadata(table: pd.DataFrame, judges: list[str]) -> dict[str, object]:
-    ok = table[table["status"] == "ok"]
+    """What the UI shows for one batch of averages: the few columns it reads, read alone
+    (no masked copy of the table, no Series per column: 1.6 % of a corpora run's CPU,
+    #12.4), the same values."""
+    statuses, scores = ok_scores(table)
+    ok = np.array([status == "ok" for status in statuses], dtype=bool)
+    scored = len(scores)
+    disagreement = column_array(table, "disagreement")
     return {
         "rows": len(table),
-        "scored": len(ok),
-        "unscored": len(table) - len(ok),
+        "scored": scored,
+        "unscored": len(table) - scored,
         "judges": dg.MetadataValue.json(judges),
-        "mean_score": dg.MetadataValue.float(round(float(ok["mean_score"].mean()), 4))
-        if len(ok) else dg.MetadataValue.null(),
-        "max_spread": dg.MetadataValue.float(float(ok["spread"].max()) if len(ok) else 0.0),
-        "disagreements": int(table["disagreement"].sum()),
-        "metric_means": dg.MetadataValue.json(metric_means(ok["scores"])),
+        "mean_score": dg.MetadataValue.float(round(_ok_float(table, "mean_score", ok, "mean"), 4))
+        if scored else dg.MetadataValue.null(),
+        "max_spread": dg.MetadataValue.float(
+            _ok_float(table, "spread", ok, "max") if scored else 0.0),
+        "disagreements": int(disagreement.sum()) if isinstance(disagreement, np.ndarray)
+        and disagreement.dtype == np.bool_ else int(table["disagreement"].sum()),
+        "metric_means": dg.MetadataValue.json(metric_means(scores)),
         "preview": preview(table, ["clip_index", "tool_type", "status", "mean_score",
                                    "n_judges_succeeded", "summary"]),
     }

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Collection, Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import dagster as dg
+import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 from dagster._core.execution.context.metadata_logging import (
     AssetMetadataHandle,
     OutputMetadataAccumulator,
 )
 from dagster._core.execution.context.system import StepExecutionContext
+from pandas.api.extensions import ExtensionArray
 from tabulate import tabulate
+
+from eval_pipeline.frame_columns import TEXT_DTYPE, series_values
+from eval_pipeline.score_changes import loads_json, metric_means_counts
 
 PREVIEW_ROWS = 10
 PREVIEW_CHARS = 80
@@ -45,13 +52,56 @@ def preview(df: pd.DataFrame, columns: Sequence[str] | None = None) -> dg.Metada
                                         headers=[str(n) for n in names], tablefmt="pipe"))
 
 
-def counts(series: pd.Series) -> dg.MetadataValue:
-    return dg.MetadataValue.json({str(k): int(v) for k, v in series.value_counts().items()})
+def counts(values: pd.Series | ExtensionArray | np.ndarray | Sequence[object]
+           ) -> dg.MetadataValue:
+    """How many times each value occurs, as ``value_counts()`` gives them: the most frequent
+    first, ties in order of first appearance, missing values (None, NaN) left out.
+
+    ``values``: a Series, a column's array (:func:`eval_pipeline.frame_columns.column_array`)
+    or a list. Text is counted without pandas' Series and Index around the count (0.8 % of
+    a corpora run's CPU, #12.4): pandas' text type by Arrow's ``value_counts`` as pandas
+    counts it, object values that are all text (or missing) by a ``Counter``, both in order
+    of first appearance, then sorted by count as ``value_counts`` sorts (stable, so ties
+    keep that order). Anything else goes to ``value_counts``.
+    """
+    array: Any = values.array if isinstance(values, pd.Series) else values
+    pairs: list[tuple[Any, int]] | None = None
+    listed: list[Any] | None = None
+    if isinstance(array, ExtensionArray) and array.dtype == TEXT_DTYPE:
+        tally = pc.value_counts(array.__arrow_array__())  # type: ignore[attr-defined]
+        pairs = [(k, n) for k, n in zip(tally.field(0).to_pylist(),
+                                        tally.field(1).to_pylist(), strict=True)
+                 if k is not None]
+    elif isinstance(values, (pd.Series, np.ndarray)):
+        listed = values.tolist() if values.dtype == object else None
+    elif isinstance(values, (list, tuple)):
+        listed = list(values)
+    if listed is not None:
+        if not all(type(v) is str for v in listed):
+            listed = [v for v in listed if not (v is None or (type(v) is float and v != v))]
+        if all(type(v) is str for v in listed):
+            pairs = list(Counter(listed).items())
+    if pairs is None:
+        series = values if isinstance(values, pd.Series) else pd.Series(array)
+        return dg.MetadataValue.json({str(k): int(v)
+                                      for k, v in series.value_counts().items()})
+    return dg.MetadataValue.json(dict(sorted(pairs, key=itemgetter(1), reverse=True)))
 
 
-def metric_means(scores: pd.Series) -> dict[str, float]:
-    """Mean of each metric over rows whose ``scores`` JSON holds it."""
-    frame = pd.DataFrame([json.loads(s) for s in scores if s and s != "{}"])
+def metric_means(scores: Iterable[object]) -> dict[str, float]:
+    """Mean of each metric over rows whose ``scores`` JSON holds it, in order of first
+    appearance (a metric only ever NaN: NaN).
+
+    Through :func:`eval_pipeline.score_changes.metric_means_counts`, the frame's ``mean()``
+    bit for bit without the frame (judgment_metadata 2.6 % and averaged_metadata 1.6 % of a
+    corpora run's CPU, mostly frames, #12.4); a value that is not a number goes to pandas.
+    """
+    values = series_values(scores) if isinstance(scores, pd.Series) else scores
+    rows = [loads_json(s) for s in values if s and s != "{}"]
+    stats = metric_means_counts(rows) if all(type(r) is dict for r in rows) else None
+    if stats is not None:
+        return {str(k): round(mean, 4) for k, (mean, _) in stats.items()}
+    frame = pd.DataFrame(rows)
     return {str(k): round(float(v), 4) for k, v in frame.mean().items()} if len(frame) else {}
 
 
