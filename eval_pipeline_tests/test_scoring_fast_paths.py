@@ -205,3 +205,50 @@ def test_summaries_pass_texts_through_as_plain_values_would() -> None:
     assert math.isnan(with_arrow["final_result"].iloc[0])
     assert with_arrow["full_response_with_evaluations"].iloc[2].startswith(
         "中文\n<clip_evaluation>")
+
+
+def _reference_one_judge_rows(ok_rows: list[bool], scores: list) -> tuple[list, list[str]]:
+    """The single-judge path before it worked per distinct text: every ok row decoded,
+    averaged and encoded on its own."""
+    from eval_pipeline.scoring.averaging import _one_judge_means
+
+    ok_at = [i for i, ok in enumerate(ok_rows) if ok]
+    parsed: list = [None] * len(scores)
+    for i, decoded in zip(ok_at, decode_json_objects([scores[i] for i in ok_at]), strict=True):
+        parsed[i] = decoded
+    results = [_one_judge_means(s) if ok else ({}, None, None)
+               for ok, s in zip(ok_rows, parsed, strict=True)]
+    return results, dumps_each([r[0] for r in results])
+
+
+@pytest.mark.parametrize("rows", [
+    [],
+    [(True, '{"a": 0.5, "b": 1.0}')] * 3 + [(False, '{"a": 0.5, "b": 1.0}')],
+    [(True, '{"a":1,"b":0.25}'), (True, '{"a": 1.0, "b": 0.25}'), (True, '{"a":1,"b":0.25}')],
+    [(True, ""), (True, "{}"), (False, None), (True, '{"x": 0.1}'), (True, '{"x": 0.1}')],
+    [(True, {"a": 1, "b": 0.5}), (True, '{"a": 0.3}'), (True, None), (False, float("nan"))],
+    [(True, '{"a": NaN, "b": 1.0}'), (True, '{"a": Infinity}'), (True, '{"a": NaN, "b": 1.0}')],
+])
+def test_one_judge_rows_per_distinct_text_are_each_rows_own(rows: list) -> None:
+    """Rows sharing a scores text get what each would get alone: the same means, mean and
+    spread, the same output JSON (non-canonical texts re-encoded, dicts and missing values
+    taken row by row, failed rows ``{}``)."""
+    from eval_pipeline.scoring.averaging import _one_judge_rows
+
+    ok_rows = [ok for ok, _ in rows]
+    scores = [s for _, s in rows]
+    got_results, got_texts = _one_judge_rows(ok_rows, scores)
+    want_results, want_texts = _reference_one_judge_rows(ok_rows, scores)
+    assert got_texts == want_texts
+    assert repr(got_results) == repr(want_results)  # NaN included
+    if len(rows) > 1 and rows[0] == rows[1] and rows[0][0] and isinstance(rows[0][1], str):
+        assert got_results[0] is got_results[1]  # decoded and averaged once
+
+
+def test_one_judge_rows_raise_on_a_broken_text_as_before() -> None:
+    from eval_pipeline.scoring.averaging import _one_judge_rows
+
+    with pytest.raises(json.JSONDecodeError):
+        _one_judge_rows([True, True], ['{"a": 1.0}', '{"a": '])
+    with pytest.raises(json.JSONDecodeError):
+        _reference_one_judge_rows([True, True], ['{"a": 1.0}', '{"a": '])

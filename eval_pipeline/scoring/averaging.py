@@ -227,6 +227,41 @@ def _one_judge_means(scores: dict[str, Any] | None
     return means, mean_score, max(v - v for v in means.values())
 
 
+_NOT_SCORED: tuple[dict[str, float], float | None, float | None] = ({}, None, None)
+
+
+def _one_judge_rows(ok_rows: list[bool], scores: list[Any]
+                    ) -> tuple[list[tuple[dict[str, float], float | None, float | None]],
+                               list[str]]:
+    """With one row per group, each row's :func:`_one_judge_means` and its scores' JSON
+    (``{}`` for a failed row), computed once per distinct scores text: a judge's scores
+    take a few values per metric, so rows repeat earlier texts (748 distinct of 3,305 ok
+    rows on the bench's batches), and decoding, averaging and encoding each row was half
+    of averaging one judge (#12.2). Rows with one text share one result (nothing
+    downstream changes it); any other value (a dict, a missing one) is taken row by row."""
+    keyed = [text if ok and type(text) is str else None
+             for ok, text in zip(ok_rows, scores, strict=True)]
+    distinct = list(dict.fromkeys(text for text in keyed if text is not None))
+    by_text = {text: _one_judge_means(decoded)
+               for text, decoded in zip(distinct, decode_json_objects(distinct), strict=True)}
+    out_text = dict(zip(distinct, dumps_each([by_text[t][0] for t in distinct]),
+                        strict=True))
+    results = []
+    texts = []
+    for ok, value, text in zip(ok_rows, scores, keyed, strict=True):
+        if text is not None:
+            results.append(by_text[text])
+            texts.append(out_text[text])
+        elif ok:
+            result = _one_judge_means(json_object(value))
+            results.append(result)
+            texts.append(json.dumps(result[0]))
+        else:
+            results.append(_NOT_SCORED)
+            texts.append("{}")
+    return results, texts
+
+
 def _group_means(ok: list[int], parsed: list[dict[str, Any] | None]
                  ) -> tuple[dict[str, float], float | None, float | None]:
     """A group's means per metric over its ok rows, their mean, and the spread (the largest
@@ -315,20 +350,20 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
     firsts = list(range(n)) if single else [group[0] for group in groups]
     statuses, scores = _column(rows, "status", n), _column(rows, "scores", n)
     ok_rows = [status == "ok" for status in statuses]
-    ok_at = [i for i, ok in enumerate(ok_rows) if ok]
-    parsed: list[dict[str, Any] | None] = [None] * n
-    for i, decoded in zip(ok_at, decode_json_objects([scores[i] for i in ok_at]), strict=True):
-        parsed[i] = decoded
     if single:  # each group's ok rows: the row itself, if ok
         oks = [[i] if ok else [] for i, ok in enumerate(ok_rows)]
         n_ok = [int(ok) for ok in ok_rows]
-        results = [_one_judge_means(scores) if ok else ({}, None, None)
-                   for ok, scores in zip(ok_rows, parsed, strict=True)]
+        results, score_texts = _one_judge_rows(ok_rows, scores)
     else:
+        ok_at = [i for i, ok in enumerate(ok_rows) if ok]
+        parsed: list[dict[str, Any] | None] = [None] * n
+        for i, decoded in zip(ok_at, decode_json_objects([scores[i] for i in ok_at]),
+                              strict=True):
+            parsed[i] = decoded
         oks = [[i for i in group if ok_rows[i]] for group in groups]
         n_ok = [len(ok) for ok in oks]
         results = [_group_means(ok, parsed) for ok in oks]
-    means_of = [r[0] for r in results]
+        score_texts = dumps_each([r[0] for r in results])
     spreads = [r[2] for r in results]
     kinds = [keys[2][i] for i in firsts]
 
@@ -338,7 +373,7 @@ def average_judgments(judgments: Mapping[str, pd.DataFrame],
         "evaluation_kind": kinds,
         "tool_type": [keys[3][i] for i in firsts],
         "status": text_array(["ok" if k else "failed" for k in n_ok]),
-        "scores": text_array(dumps_each(means_of)),
+        "scores": text_array(score_texts),
         "mean_score": float_column([r[1] for r in results]),
         "n_judges": np.array([len(group) for group in groups], dtype=np.int64),
         "n_judges_succeeded": np.array(n_ok, dtype=np.int64),
