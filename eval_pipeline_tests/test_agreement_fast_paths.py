@@ -29,8 +29,6 @@ from eval_pipeline import ingest
 from eval_pipeline.agreement import (
     auc,
     binary_agreement,
-    fleiss_kappa,
-    krippendorff_interval,
     outcome_of,
     passes,
     step_label_positive,
@@ -43,6 +41,7 @@ from eval_pipeline.agreement_report import (
     DISAGREEMENT_COLUMNS,
     AgreementRow,
     DisagreementRow,
+    _between_judges,
     _outcome_records,
     _rows_table,
     build_agreement,
@@ -53,7 +52,7 @@ from eval_pipeline.judges import make_judge
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.runner import run_judge
 from eval_pipeline.preprocess import PreprocessConfig
-from eval_pipeline.rubrics import EVAL_KIND_CLIP, REACT_EVALUATIONS
+from eval_pipeline.rubrics import EVAL_KIND_CLIP
 from eval_pipeline.scoring.averaging import json_object, mean
 from eval_pipeline.scoring.summaries import evaluation_metadata
 from eval_pipeline.tool_registry import default_registry
@@ -61,7 +60,8 @@ from eval_pipeline_tests import parquet_io
 
 NAN = math.nan
 
-# --- The implementation before #12.4's fast paths, as it was (the reference). ---------------
+# --- The implementation before #12.4's fast paths, as it was (the reference; the comparison
+# between judges, unchanged, is the module's own _between_judges). ------------------------
 
 
 def _reference_judge_scores(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -78,62 +78,6 @@ def _reference_judge_scores(judgments: Mapping[str, pd.DataFrame]) -> pd.DataFra
             for metric, value in json_object(scores).items():
                 rows.append((judge, tid, int(ci), kind, tool, metric, float(value), label))
     return pd.DataFrame(rows, columns=_LONG_COLUMNS)
-
-
-def _reference_between_judges(batch: str, long: pd.DataFrame, judges: list[str],
-                              threshold: float
-                              ) -> tuple[list[AgreementRow], list[DisagreementRow]]:
-    rows: list[AgreementRow] = []
-    listed: list[DisagreementRow] = []
-    for (kind, metric), group in long.groupby(["evaluation_kind", "metric"], sort=True):
-        # tool_type too: a trajectory's category assessments share clip_index -1.
-        grid = group.pivot_table(index="judge",
-                                 columns=["trajectory_id", "clip_index", "tool_type"],
-                                 values="score", aggfunc="first").reindex(judges)
-        values = grid.to_numpy(dtype=float)
-        rated = np.sum(~np.isnan(values), axis=0)
-        shared = rated >= 2
-        spreads = (np.nanmax(values[:, shared], axis=0) - np.nanmin(values[:, shared], axis=0)
-                   if shared.any() else np.array([]))
-        units: list[tuple[str, int]] = [
-            (str(u[0]), int(u[1])) for u, keep in zip(grid.columns, shared, strict=True)
-            if keep]
-        over = [(u, s, i) for i, (u, s) in enumerate(zip(units, spreads, strict=True))
-                if s > threshold]
-        kappa = None
-        if kind in REACT_EVALUATIONS:
-            kappa = _reference_label_kappa(group, len(judges))
-        rows.append(AgreementRow(
-            batch=batch, comparison="between_judges", evaluation_kind=str(kind),
-            metric=str(metric), items=int(shared.sum()), judges=len(judges),
-            krippendorff_alpha=krippendorff_interval(values), fleiss_kappa=kappa,
-            mean_spread=float(spreads.mean()) if spreads.size else None,
-            max_spread=float(spreads.max()) if spreads.size else None,
-            disagreements=len(over)))
-        shared_values = values[:, shared]
-        for (tid, ci), spread, i in over:
-            per_judge = {j: float(v) for j, v in zip(judges, shared_values[:, i], strict=True)
-                         if not np.isnan(v)}
-            listed.append(DisagreementRow(
-                batch=batch, comparison="between_judges", trajectory_id=str(tid),
-                clip_index=int(ci), evaluation_kind=str(kind), metric=str(metric),
-                spread=float(spread), scores=json.dumps(per_judge)))
-    return rows, listed
-
-
-def _reference_label_kappa(group: pd.DataFrame, n_judges: int) -> float | None:
-    """Fleiss' kappa over the clips every judge labelled (the statistic needs one count)."""
-    per_unit: dict[tuple[str, int], list[str]] = defaultdict(list)
-    for tid, ci, label in zip(group["trajectory_id"], group["clip_index"], group["label"],
-                              strict=True):
-        if isinstance(label, str) and label:
-            per_unit[(tid, int(ci))].append(label)
-    complete = [labels for labels in per_unit.values() if len(labels) == n_judges]
-    categories = sorted({label for labels in complete for label in labels})
-    if not complete or len(categories) < 1:
-        return None
-    table = [[labels.count(c) for c in categories] for labels in complete]
-    return fleiss_kappa(table)
 
 
 def _reference_against_humans(batch: str, long: pd.DataFrame, judges: list[str],
@@ -217,7 +161,7 @@ def _reference_build_agreement(batch: str, judgments: Mapping[str, pd.DataFrame]
     rows: list[AgreementRow] = []
     listed: list[DisagreementRow] = []
     if len(judges) >= 2:
-        between, over = _reference_between_judges(batch, long, judges, disagreement_threshold)
+        between, over = _between_judges(batch, long, judges, disagreement_threshold)
         rows += between
         listed += over
     human, wrong = _reference_against_humans(batch, long, judges, clips, trajectories)
