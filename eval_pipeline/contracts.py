@@ -7,7 +7,7 @@ run materializes; kept here, without Dagster, so each rule is tested as plain co
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
@@ -33,13 +33,20 @@ def scores_outside_unit_interval(table: pd.DataFrame) -> int:
 # pandas' comparisons count it.
 
 
-def failure_rate_over(table: pd.DataFrame, threshold: float) -> float | None:
-    """The failed share of attempted rows when it exceeds ``threshold``, else None."""
-    attempted = [s for s in column_values(table, "status") if s != "skipped"]
+def failed_share(statuses: Iterable[object]) -> float | None:
+    """Failed among the attempted statuses (skipped ones were not attempted; a missing one
+    was, and failed), unrounded; None when none were attempted. The failure-rate check and
+    the judgments' ``failure_rate`` metadata both count it so."""
+    attempted = [s for s in statuses if s != "skipped"]
     if not attempted:
         return None
-    rate = sum(s != "ok" for s in attempted) / len(attempted)
-    return round(rate, 4) if rate > threshold else None
+    return sum(s != "ok" for s in attempted) / len(attempted)
+
+
+def failure_rate_over(table: pd.DataFrame, threshold: float) -> float | None:
+    """The failed share of attempted rows when it exceeds ``threshold``, else None."""
+    rate = failed_share(column_values(table, "status"))
+    return round(rate, 4) if rate is not None and rate > threshold else None
 
 
 def disagreements(table: pd.DataFrame, max_spread: float) -> int:

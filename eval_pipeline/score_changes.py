@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from eval_pipeline.contracts import failed_share
 from eval_pipeline.frame_columns import series_values
 from eval_pipeline.judges.config import JudgeConfig
 from eval_pipeline.judges.presets import effective_model
@@ -190,11 +191,8 @@ def failure_rate(status: pd.Series | Sequence[object]) -> float | None:
     of judgment_changes' and averaged_changes' CPU in a corpora run, #12.4); the same rate:
     a count over a count, divided once, either way.
     """
-    values = series_values(status) if isinstance(status, pd.Series) else status
-    attempted = [v for v in values if v != "skipped"]
-    if not attempted:
-        return None
-    return round(sum(v != "ok" for v in attempted) / len(attempted), 4)
+    rate = failed_share(series_values(status) if isinstance(status, pd.Series) else status)
+    return round(rate, 4) if rate is not None else None
 
 
 def row_scores(table: pd.DataFrame, keys: Sequence[str], score: str) -> pd.Series:
